@@ -1,0 +1,1 @@
+"""Kontinuum core library: Talos, hub and Kubernetes logic with no Pulumi imports."""
