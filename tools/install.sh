@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# make tools: puts every pinned external binary (tools/versions.env) into one directory,
+# $KONTINUUM_TOOLS/bin, which the Makefile and the tests put first on PATH.
+#
+# For each tool: a binary already on PATH with the pinned version is linked; one built by
+# an earlier run from the cache is reused; otherwise it is built from its Go module into
+# the cache (outside the repo, shared by later runs and CI). Official download sites are
+# unreachable here, so building from the Go module proxy is the only way in.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=versions.env
+source "$here/versions.env"
+
+cache=${KONTINUUM_TOOLS_CACHE:-$HOME/.cache/kontinuum/tools}
+pins=$(grep -E '^[A-Z_]+=' "$here/versions.env" | sha256sum | cut -c1-12)
+bin=${KONTINUUM_TOOLS:-$cache/$pins}/bin
+if [ "${1:-}" = "--print-bin" ]; then echo "$bin"; exit 0; fi
+mkdir -p "$bin"
+export GOFLAGS=-mod=mod GOTOOLCHAIN=local
+export GOPATH=${GOPATH:-$(go env GOPATH)}
+
+say() { printf '[tools] %s\n' "$*" >&2; }
+die() { printf '[tools] cannot provide %s: %s\n' "$1" "$2" >&2; exit 1; }
+
+command -v go >/dev/null || die "any tool" "Go is not installed (apt-get install golang or see README prerequisites)"
+
+# version_of NAME: prints the version a binary reports, or nothing.
+version_of() {
+  case "$1" in
+    pulumi) "$2" version 2>/dev/null ;;
+    # The plugins report their version only over gRPC; their cache path is versioned.
+    pulumi-language-python|pulumi-resource-kubernetes) [[ $(readlink -f "$2") == */$1/* ]] && basename "$(dirname "$(readlink -f "$2")")" ;;
+    etcd) "$2" --version 2>/dev/null | sed -n 's/^etcd Version: /v/p' ;;
+    kube-*) "$2" --version 2>/dev/null | awk '{print $2}' ;;
+    kwok) "$2" --version 2>/dev/null | sed -n 's/.*kwok version \(v[^ ]*\).*/\1/p' ;;
+  esac
+}
+
+# provide NAME VERSION BUILDER: link NAME into $bin, building it with BUILDER if needed.
+provide() {
+  local name=$1 want=$2 builder=$3 out="$cache/$1/$2"
+  if [ -x "$bin/$name" ] && [ "$(version_of "$name" "$bin/$name")" = "$want" ]; then
+    say "$name $want: ready"; return
+  fi
+  local found; found=$(PATH=${PATH//$bin:/} command -v "$name" || true)
+  if [ -n "$found" ] && [ "$(version_of "$name" "$found")" = "$want" ]; then
+    say "$name $want: using $found from PATH"; ln -sf "$found" "$bin/$name"; return
+  fi
+  if [ ! -x "$out/$name" ]; then
+    say "$name $want: building from its Go module (first time only; cached in $out)"
+    local t0=$SECONDS
+    rm -rf "$out.tmp"; mkdir -p "$out.tmp"
+    "$builder" "$out.tmp" || die "$name $want" "the Go build failed (see the output above)"
+    rm -rf "$out"; mv "$out.tmp" "$out"
+    say "$name $want: built in $((SECONDS - t0)) s"
+  else
+    say "$name $want: cached"
+  fi
+  ln -sf "$out/$name" "$bin/$name"
+  local got; got=$(version_of "$name" "$bin/$name")
+  [ "$got" = "$want" ] || die "$name $want" "the built binary reports version '$got'"
+}
+
+# Each builder gets a fresh output directory and must leave the binary in it.
+build_pulumi() {
+  (cd "$here/builders/pulumi" &&
+    go build -trimpath -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION" \
+      -o "$1/pulumi" github.com/pulumi/pulumi/pkg/v3/cmd/pulumi)
+}
+
+build_language_python() {
+  (cd "$here/builders/pulumi-language-python" &&
+    go build -trimpath -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_LANGUAGE_PYTHON_VERSION" \
+      -o "$1/pulumi-language-python" github.com/pulumi/pulumi/sdk/v3/python/cmd/pulumi-language-python) || return 1
+  # The host runs the exec shim that sits next to it; take it from the SDK release that
+  # matches the pinned Python SDK.
+  local sdk; sdk=$(go mod download -json "github.com/pulumi/pulumi/sdk/v3@$PULUMI_PYTHON_SDK_VERSION" |
+    sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+  install -m 0755 "$sdk/python/cmd/pulumi-language-python-exec" "$1/pulumi-language-python-exec"
+}
+
+build_kubernetes_provider() {
+  # The provider embeds schema-embed.json, written by its `go generate` step from
+  # schema.json with VERSION set, so it is built from a writable copy of the module.
+  local mod="github.com/pulumi/pulumi-kubernetes/provider/v4" src work
+  src=$(go mod download -json "$mod@$PULUMI_KUBERNETES_MODULE" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+  work=$(mktemp -d); trap 'chmod -R u+w "$work"; rm -rf "$work"' RETURN
+  cp -r "$src/." "$work"; chmod -R u+w "$work"
+  # Its go.mod replaces the sdk module by a sibling path that is not in the module zip;
+  # the required published version is used instead.
+  sed -i '/^replace github.com\/pulumi\/pulumi-kubernetes\/sdk\/v4 => /d' "$work/go.mod"
+  (cd "$work/cmd/pulumi-resource-kubernetes" && VERSION="$PULUMI_KUBERNETES_VERSION" go run ./generate.go &&
+    go build -trimpath -ldflags "-s -w -X $mod/pkg/version.Version=$PULUMI_KUBERNETES_VERSION" \
+      -o "$1/pulumi-resource-kubernetes" .)
+}
+
+build_etcd() {
+  (cd "$here/builders/etcd" && go build -trimpath -ldflags "-s -w" -o "$1/etcd" .)
+}
+
+build_kubernetes() {
+  # k8s.io/kubernetes replaces its staging modules by relative path; this builder module
+  # requires k8s.io/kubernetes and pins every staging module to the matching v0.x release.
+  local gomod work staging
+  gomod=$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/^\t"GoMod": "\(.*\)",$/\1/p')
+  staging="v0.${KUBERNETES_VERSION#v1.}"
+  work="$cache/kubernetes-builder/$KUBERNETES_VERSION"; mkdir -p "$work"
+  {
+    echo "module kontinuum.local/tools/kubernetes"
+    echo "go 1.25"
+    echo "require k8s.io/kubernetes $KUBERNETES_VERSION"
+    sed -n 's#^\t\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#replace \1 => \1 '"$staging"'#p' "$gomod"
+  } >"$work/go.mod"
+  printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "k8s.io/kubernetes/cmd/kube-apiserver"\n)\n' >"$work/tools.go"
+  (cd "$work" &&
+    for c in kube-apiserver kube-controller-manager kube-scheduler; do
+      say "  compiling $c"
+      go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION -X k8s.io/client-go/pkg/version.gitVersion=$KUBERNETES_VERSION" \
+        -o "$1/$c" "k8s.io/kubernetes/cmd/$c" || return 1
+    done)
+}
+
+build_kube_component() { # the three share one build; link the others from it
+  local dir="$cache/kubernetes/$KUBERNETES_VERSION"
+  if [ ! -x "$dir/kube-apiserver" ]; then
+    rm -rf "$dir.tmp"; mkdir -p "$dir.tmp"; build_kubernetes "$dir.tmp" || return 1
+    rm -rf "$dir"; mv "$dir.tmp" "$dir"
+  fi
+  cp "$dir/$component" "$1/$component"
+}
+
+build_kwok() {
+  GOBIN="$1" go install -trimpath -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION" \
+    "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+}
+
+t0=$SECONDS
+say "tool directory: $bin"
+provide pulumi "$PULUMI_VERSION" build_pulumi
+provide pulumi-language-python "$PULUMI_LANGUAGE_PYTHON_VERSION" build_language_python
+provide pulumi-resource-kubernetes "$PULUMI_KUBERNETES_VERSION" build_kubernetes_provider
+provide etcd "$ETCD_VERSION" build_etcd
+for component in kube-apiserver kube-controller-manager kube-scheduler; do
+  provide "$component" "$KUBERNETES_VERSION" build_kube_component
+done
+provide kwok "$KWOK_VERSION" build_kwok
+# Our own dynamic-provider host launcher (upstream's is a shell launcher, not Go).
+ln -sf "$here/plugins/pulumi-resource-pulumi-python" "$bin/pulumi-resource-pulumi-python"
+say "all tools ready in $((SECONDS - t0)) s"
+echo "$bin"
