@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
+import math
 import os
 import re
 import secrets as _random
@@ -199,10 +200,19 @@ _GO_WORDS = {
 }
 
 
+def _reads_as_number(value: str) -> bool:
+    if not _GO_NUMBER.match(value):
+        return False
+    try:  # Go's float parser rejects out-of-range exponents, leaving the value a string
+        return math.isfinite(float(value.replace("_", "")))
+    except ValueError:
+        return True  # hex/octal/binary forms
+
+
 def _scalar(value: str) -> str:
     """Emit a string as Go's YAML encoder does: plain, or double-quoted when it would read back
     as something else (an all-digit token parses as a number)."""
-    if _PLAIN_SAFE.match(value) and value not in _GO_WORDS and not _GO_NUMBER.match(value):
+    if _PLAIN_SAFE.match(value) and value not in _GO_WORDS and not _reads_as_number(value):
         return value
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
