@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
-import math
 import os
 import re
 import secrets as _random
@@ -21,7 +20,7 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 
 from kontinuum.errors import ConfigError
-from kontinuum.talos import pki
+from kontinuum.talos import goyaml, pki
 from kontinuum.talos.pki import CertKey
 
 __all__ = ["CertKey", "SecretsBundle", "generate", "load", "dump", "CA_VALIDITY_DAYS"]
@@ -187,36 +186,6 @@ def load(text: str) -> SecretsBundle:
 
 # --- dump -----------------------------------------------------------------------------------
 
-_PLAIN_SAFE = re.compile(r"^[A-Za-z0-9+/=_.\-]+$")
-# What Go's YAML encoder would read back as a non-string, and therefore quotes.
-_GO_NUMBER = re.compile(
-    r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$"
-    r"|^[-+]?(0[xX][0-9a-fA-F_]+|0[oO][0-7_]+|0[bB][01_]+|[0-9][0-9_]*)$"
-)
-_GO_WORDS = {
-    "", "~", "null", "Null", "NULL", "true", "True", "TRUE", "false", "False", "FALSE",
-    "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO", "on", "On", "ON", "off", "Off", "OFF",
-    ".inf", ".Inf", ".INF", "+.inf", "-.inf", ".nan", ".NaN", ".NAN", "<<",
-}
-
-
-def _reads_as_number(value: str) -> bool:
-    if not _GO_NUMBER.match(value):
-        return False
-    try:  # Go's float parser rejects out-of-range exponents, leaving the value a string
-        return math.isfinite(float(value.replace("_", "")))
-    except ValueError:
-        return True  # hex/octal/binary forms
-
-
-def _scalar(value: str) -> str:
-    """Emit a string as Go's YAML encoder does: plain, or double-quoted when it would read back
-    as something else (an all-digit token parses as a number)."""
-    if _PLAIN_SAFE.match(value) and value not in _GO_WORDS and not _reads_as_number(value):
-        return value
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
@@ -227,16 +196,16 @@ def dump(bundle: SecretsBundle) -> str:
         raise TypeError("dump expects a SecretsBundle")
     lines = [
         "cluster:",
-        f"    id: {_scalar(bundle.cluster_id)}",
-        f"    secret: {_scalar(bundle.cluster_secret)}",
+        f"    id: {goyaml.scalar(bundle.cluster_id)}",
+        f"    secret: {goyaml.scalar(bundle.cluster_secret)}",
         "secrets:",
-        f"    bootstraptoken: {_scalar(bundle.bootstrap_token)}",
+        f"    bootstraptoken: {goyaml.scalar(bundle.bootstrap_token)}",
     ]
     if bundle.aescbc_secret:
-        lines.append(f"    aescbcencryptionsecret: {_scalar(bundle.aescbc_secret)}")
+        lines.append(f"    aescbcencryptionsecret: {goyaml.scalar(bundle.aescbc_secret)}")
     if bundle.secretbox_secret:
-        lines.append(f"    secretboxencryptionsecret: {_scalar(bundle.secretbox_secret)}")
-    lines += ["trustdinfo:", f"    token: {_scalar(bundle.trustd_token)}", "certs:"]
+        lines.append(f"    secretboxencryptionsecret: {goyaml.scalar(bundle.secretbox_secret)}")
+    lines += ["trustdinfo:", f"    token: {goyaml.scalar(bundle.trustd_token)}", "certs:"]
     for name, ck in (("etcd", bundle.etcd), ("k8s", bundle.k8s), ("k8saggregator", bundle.k8s_aggregator)):
         lines += [f"    {name}:", f"        crt: {_b64(ck.crt)}", f"        key: {_b64(ck.key)}"]
     lines += ["    k8sserviceaccount:", f"        key: {_b64(bundle.k8s_serviceaccount_key)}"]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from kontinuum.errors import ConfigError
-from kontinuum.talos import pki
+from kontinuum.talos import goyaml, pki
 from kontinuum.talos.pki import CertKey
 
 ROLES = ("os:admin", "os:operator", "os:reader", "os:etcd:backup", "os:impersonator")
@@ -49,12 +49,11 @@ def issue_client_cert(os_ca: CertKey, role: str = "os:admin", now: dt.datetime |
 
 
 _PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+=\-]*$")
-_NUMBER = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")  # numbers to Go's YAML
 
 
 def _scalar(value: str) -> str:
-    """Plain when YAML reads it back as the same string, JSON-quoted (valid YAML) otherwise."""
-    if _PLAIN.match(value) and yaml.safe_load(value) == value and not _NUMBER.match(value):
+    """Plain when both PyYAML and Go read it back as the same string, JSON-quoted otherwise."""
+    if _PLAIN.match(value) and yaml.safe_load(value) == value and not goyaml.reads_as_non_string(value):
         return value
     return json.dumps(value)
 
