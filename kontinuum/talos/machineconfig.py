@@ -106,7 +106,8 @@ class ClusterSpec:
 # --- spec validation ------------------------------------------------------------------------
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_DNS_NAME = re.compile(r"^(?=.{1,253}$)([A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*$")
+_DNS_PART = r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?"
+_DNS_NAME = re.compile(rf"^(?=.{{1,253}}$){_DNS_PART}(\.{_DNS_PART})*$")
 _K8S_VERSION = re.compile(r"^v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
 
@@ -400,7 +401,9 @@ def build(spec: ClusterSpec, bundle: SecretsBundle, *, pool: str = CONTROLPLANE,
     return doc
 
 
-def render(spec: ClusterSpec, bundle: SecretsBundle, *, pool: str = CONTROLPLANE, node: NodeSpec | None = None) -> bytes:
+def render(
+    spec: ClusterSpec, bundle: SecretsBundle, *, pool: str = CONTROLPLANE, node: NodeSpec | None = None
+) -> bytes:
     """Machine config YAML for one machine of `pool` (`controlplane` or a worker pool name)."""
     return goyaml.dump(build(spec, bundle, pool=pool, node=node)).encode()
 
@@ -429,7 +432,8 @@ def _mask(node: Any) -> Any:
     if isinstance(node, dict):
         out = {}
         for k, v in node.items():
-            if isinstance(k, str) and k not in _NOT_SECRET and _SECRET_KEY.search(k) and isinstance(v, (str, bytes)) and v:
+            secret_name = isinstance(k, str) and k not in _NOT_SECRET and _SECRET_KEY.search(k)
+            if secret_name and isinstance(v, (str, bytes)) and v:
                 out[k] = REDACTED
             else:
                 out[k] = _mask(v)
@@ -472,6 +476,10 @@ def _get(doc: Any, *path: str) -> Any:
     return doc
 
 
+# machinery's own (looser) notion of a DNS name for cluster.network.dnsDomain
+_MACHINERY_DNS = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,62}(\.[A-Za-z0-9_][A-Za-z0-9_-]{0,62})*[._]?$")
+
+
 def _precheck_doc(doc: dict, mode: str = "metal") -> list[str]:
     """Machinery's v1alpha1 Validate cases we rely on, worded as machinery words them and
     prefixed with the field path, so a failure reads the same from us and from Talos."""
@@ -502,7 +510,7 @@ def _precheck_doc(doc: dict, mode: str = "metal") -> list[str]:
         except ValueError:
             add("cluster.controlPlane.endpoint", "invalid controlplane endpoint: bad port")
         dns = _get(cluster, "network", "dnsDomain")
-        if dns and not _DNS_NAME.match(str(dns).rstrip(".")):
+        if dns and not _MACHINERY_DNS.match(str(dns)):
             add("cluster.network.dnsDomain", f'"{dns}" is not a valid DNS name')
         if _get(cluster, "etcd") is not None and not is_cp:
             add("cluster.etcd", "etcd config is only allowed on control plane machines")
@@ -514,7 +522,8 @@ def _precheck_doc(doc: dict, mode: str = "metal") -> list[str]:
                 add(f"cluster.inlineManifests[{i}].name", "inline manifest name can't be empty")
             elif name in names[:i]:
                 add(f"cluster.inlineManifests[{i}].name", f'inline manifest name "{name}" is duplicate')
-        if _get(cluster, "discovery", "enabled") and not _get(cluster, "discovery", "registries", "service", "disabled"):
+        service_registry = not _get(cluster, "discovery", "registries", "service", "disabled")
+        if _get(cluster, "discovery", "enabled") and service_registry:
             if not cluster.get("id"):
                 add("cluster.id", "cluster discovery service requires .cluster.id")
             if not cluster.get("secret"):

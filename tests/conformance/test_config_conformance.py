@@ -34,6 +34,11 @@ BROKEN = {
     "missing-install-disk": (mc.CONTROLPLANE, lambda d: d["machine"]["install"].pop("disk"), "either install disk or diskSelector"),
     "missing-install": ("general", lambda d: d["machine"].pop("install"), 'install instructions are required in "metal" mode'),
     "controlplane-without-ca-key": (mc.CONTROLPLANE, lambda d: d["machine"]["ca"].pop("key"), "(.machine.ca.key)"),
+    "bad-dns-domain": (
+        mc.CONTROLPLANE, lambda d: d["cluster"]["network"].update(dnsDomain="bad domain"), "is not a valid DNS name"
+    ),
+    "persist-disabled": ("general", lambda d: d.update(persist=False), ".persist should be enabled"),
+    "unknown-machine-type": ("general", lambda d: d["machine"].update(type="boss"), "unknown machine type"),
 }
 
 
