@@ -1,0 +1,96 @@
+"""The bounded poll loop every stand-in runs in its own thread, and its kube client factory.
+
+A supervisor runs many stand-ins at once, so none may block: each poll makes only API calls
+with a request timeout, a failed poll is recorded and retried on the next tick, and stop()
+returns within one tick plus the longest call.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from pathlib import Path
+
+import yaml
+from kubernetes import client, config as kconfig
+
+REQUEST_TIMEOUT = 10.0  # seconds, every API call a stand-in makes
+STOP_GRACE = REQUEST_TIMEOUT * 3  # join bound: one poll is a handful of calls at most
+
+STANDIN_ANNOTATION = "lab.kontinuum.sh/stand-in"
+
+
+def api_client(kubeconfig: str | Path) -> client.ApiClient:
+    """A client for a kubeconfig given as text or as a Path to a file."""
+    text = kubeconfig.read_text() if isinstance(kubeconfig, Path) else kubeconfig
+    return kconfig.new_client_from_config_dict(yaml.safe_load(text))
+
+
+def describe(e: BaseException) -> str:
+    """One line for an error; an ApiException's own str() spans headers and body."""
+    if isinstance(e, client.ApiException):
+        try:
+            detail = json.loads(e.body or "{}").get("message") or e.reason
+        except (ValueError, AttributeError):
+            detail = e.reason
+        return f"API error {e.status}: {detail}"
+    return f"{type(e).__name__}: {e}"
+
+
+class PollingStandin:
+    """start() runs poll() now and then every `interval` seconds until stop()."""
+
+    name = "stand-in"
+
+    def __init__(self, interval: float):
+        self.interval = interval
+        self.log = logging.getLogger(f"lab.standins.{self.name}")
+        self.last_error: str | None = None
+        self.polls = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def poll(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release clients after the loop ended; subclasses override."""
+
+    def start(self) -> "PollingStandin":
+        if self._thread is not None:
+            raise RuntimeError(f"{self.name} (lab stand-in) already started")
+        self._thread = threading.Thread(target=self._run, name=f"standin-{self.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(STOP_GRACE)
+            if self._thread.is_alive():
+                self.log.warning("(lab stand-in) %s: poll still running after %.0f s; left as daemon", self.name, STOP_GRACE)
+        self.close()
+
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def poll_once(self) -> None:
+        """One poll with errors recorded, not raised: the loop body, callable directly by tests."""
+        try:
+            self.poll()
+            self.last_error = None
+        except Exception as e:  # noqa: BLE001 - a failed poll is retried on the next tick
+            message = describe(e)
+            if message != self.last_error:
+                self.log.warning("(lab stand-in) %s: poll failed, retrying: %s", self.name, message)
+            self.last_error = message
+        finally:
+            self.polls += 1
+
+    def _run(self) -> None:
+        self.log.info("(lab stand-in) %s started", self.name)
+        while not self._stop.is_set():
+            self.poll_once()
+            self._stop.wait(self.interval)
+        self.log.info("(lab stand-in) %s stopped", self.name)
