@@ -43,6 +43,8 @@ class Stack:
             PULUMI_CONFIG_PASSPHRASE=self.passphrase,
             PULUMI_HOME=str(self.state_dir / "pulumi-home"),
             PULUMI_BACKEND_URL=f"file://{self.state_dir / 'backend'}",
+            # Test projects live outside the repo root but import its packages.
+            PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         )
         env.update(self.extra_env or {})
         return env

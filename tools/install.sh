@@ -135,17 +135,21 @@ build_kwok() {
     "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 }
 
+# Optional arguments name a subset of tools to provide (default: all of them).
+wanted=" ${*:-all} "
+want() { [[ $wanted == *" all "* || $wanted == *" $1 "* ]]; }
+
 t0=$SECONDS
 say "tool directory: $bin"
-provide pulumi "$PULUMI_VERSION" build_pulumi
-provide pulumi-language-python "$PULUMI_LANGUAGE_PYTHON_VERSION" build_language_python
-provide pulumi-resource-kubernetes "$PULUMI_KUBERNETES_VERSION" build_kubernetes_provider
-provide etcd "$ETCD_VERSION" build_etcd
+want pulumi && provide pulumi "$PULUMI_VERSION" build_pulumi
+want pulumi-language-python && provide pulumi-language-python "$PULUMI_LANGUAGE_PYTHON_VERSION" build_language_python
+want pulumi-resource-kubernetes && provide pulumi-resource-kubernetes "$PULUMI_KUBERNETES_VERSION" build_kubernetes_provider
+want etcd && provide etcd "$ETCD_VERSION" build_etcd
 for component in kube-apiserver kube-controller-manager kube-scheduler; do
-  provide "$component" "$KUBERNETES_VERSION" build_kube_component
+  want "$component" && provide "$component" "$KUBERNETES_VERSION" build_kube_component
 done
-provide kwok "$KWOK_VERSION" build_kwok
+want kwok && provide kwok "$KWOK_VERSION" build_kwok
 # Our own dynamic-provider host launcher (upstream's is a shell launcher, not Go).
 ln -sf "$here/plugins/pulumi-resource-pulumi-python" "$bin/pulumi-resource-pulumi-python"
-say "all tools ready in $((SECONDS - t0)) s"
+say "tools ready in $((SECONDS - t0)) s"
 echo "$bin"

@@ -1,0 +1,113 @@
+"""Instance: a machine registered in the hub inventory and probed in maintenance mode.
+
+check/diff are pure (no I/O), so `pulumi preview` contacts neither the hub nor a node.
+create/update register the hub object, then probe spec.interfaces in order; the first
+address whose Talos API answers wins. `pulumi refresh` (read) probes again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, DiffResult, ReadResult, Resource, ResourceProvider
+from pulumi.dynamic import UpdateResult
+
+from kontinuum.hub.discovery import probe_and_record
+from kontinuum.hub.inventory import Inventory
+
+REPLACE_ON = ("name",)
+UPDATE_ON = ("interfaces", "labels", "talosPort", "probeTimeout", "unregisterOnDelete", "hubKubeconfig")
+
+
+def check_instance(news: dict[str, Any]) -> list[CheckFailure]:
+    failures = []
+    if not news.get("name"):
+        failures.append(CheckFailure("name", "required"))
+    interfaces = news.get("interfaces")
+    if not isinstance(interfaces, list) or not interfaces or not all(isinstance(i, str) and i for i in interfaces):
+        failures.append(CheckFailure("interfaces", "must be a non-empty list of addresses"))
+    if not news.get("hubKubeconfig"):
+        failures.append(CheckFailure("hubKubeconfig", "required: the hub's kubeconfig (secret)"))
+    return failures
+
+
+def diff_inputs(olds: dict, news: dict, *, replace_on=REPLACE_ON, update_on=UPDATE_ON) -> DiffResult:
+    changed = [k for k in (*replace_on, *update_on) if olds.get(k) != news.get(k)]
+    return DiffResult(
+        changes=bool(changed),
+        replaces=[k for k in changed if k in replace_on],
+        delete_before_replace=True,
+    )
+
+
+class InstanceProvider(ResourceProvider):
+    """Stateless: everything it needs arrives in the inputs, credentials as secrets."""
+
+    def check(self, _olds, news):
+        return CheckResult(news, check_instance(news))
+
+    def diff(self, _id, olds, news):
+        return diff_inputs(olds, news)
+
+    def _converge(self, props: dict) -> dict:
+        inv = Inventory.from_kubeconfig(props["hubKubeconfig"])
+        inv.register(props["name"], props["interfaces"], props.get("labels") or {})
+        status = probe_and_record(inv, props["name"], props["interfaces"], port=int(props.get("talosPort") or 50000),
+                                  timeout=float(props.get("probeTimeout") or 10), raise_if_unreachable=True)
+        return {**props, **status}
+
+    def create(self, props):
+        return CreateResult(id_=props["name"], outs=self._converge(props))
+
+    def update(self, _id, _olds, news):
+        return UpdateResult(outs=self._converge(news))
+
+    def read(self, id_, props):
+        inv = Inventory.from_kubeconfig(props["hubKubeconfig"])
+        if inv.get(id_) is None:
+            return ReadResult(id_=None, outs={})  # gone from the hub: Pulumi drops it from state
+        status = probe_and_record(inv, id_, props["interfaces"], port=int(props.get("talosPort") or 50000),
+                                  timeout=float(props.get("probeTimeout") or 10), raise_if_unreachable=False)
+        return ReadResult(id_=id_, outs={**props, **status})
+
+    def delete(self, id_, props):
+        if props.get("unregisterOnDelete"):
+            Inventory.from_kubeconfig(props["hubKubeconfig"]).unregister(id_)
+
+
+class Instance(Resource):
+    """A machine in the hub inventory. Outputs: discovered, address, talosVersion, links."""
+
+    discovered: pulumi.Output[bool]
+    address: pulumi.Output[str]
+    talosVersion: pulumi.Output[str]
+
+    def __init__(
+        self,
+        resource_name: str,
+        *,
+        name: pulumi.Input[str],
+        interfaces: pulumi.Input[list],
+        labels: pulumi.Input[dict],
+        hub_kubeconfig: pulumi.Input[str],
+        unregister_on_delete: bool = False,
+        talos_port: int = 50000,
+        probe_timeout: float = 10.0,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        props = {
+            "name": name,
+            "interfaces": interfaces,
+            "labels": labels,
+            "hubKubeconfig": pulumi.Output.secret(hub_kubeconfig),
+            "unregisterOnDelete": unregister_on_delete,
+            "talosPort": talos_port,
+            "probeTimeout": probe_timeout,
+            "discovered": None,
+            "address": None,
+            "talosVersion": None,
+            "links": None,
+        }
+        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(additional_secret_outputs=["hubKubeconfig"]))
+        super().__init__(InstanceProvider(), resource_name, props, opts)

@@ -1,0 +1,38 @@
+"""Which pods count as healthy, and how a stuck one is described."""
+
+from kubernetes.client import (V1ContainerState, V1ContainerStateWaiting, V1ContainerStatus, V1ObjectMeta, V1Pod,
+                               V1PodCondition, V1PodStatus)
+
+from kontinuum.kube.pods import problem
+
+
+def pod(phase, conditions=(), statuses=(), reason=None):
+    return V1Pod(metadata=V1ObjectMeta(name="p"),
+                 status=V1PodStatus(phase=phase, conditions=list(conditions), container_statuses=list(statuses),
+                                    reason=reason))
+
+
+def cond(kind, status, message=None, reason=None):
+    return V1PodCondition(type=kind, status=status, message=message, reason=reason)
+
+
+def test_running_and_ready_or_succeeded_is_healthy():
+    assert problem(pod("Running", [cond("Ready", "True")])) is None
+    assert problem(pod("Succeeded")) is None
+
+
+def test_running_not_ready_names_waiting_containers():
+    waiting = V1ContainerStatus(name="agent", image="i", image_id="", ready=False, restart_count=3,
+                                state=V1ContainerState(waiting=V1ContainerStateWaiting(reason="CrashLoopBackOff")))
+    p = problem(pod("Running", [cond("Ready", "False")], [waiting]))
+    assert str(p) == "p Running: agent: CrashLoopBackOff"
+
+
+def test_unschedulable_pending_carries_the_scheduler_message():
+    msg = "0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports."
+    p = problem(pod("Pending", [cond("PodScheduled", "False", message=msg, reason="Unschedulable")]))
+    assert "didn't have free ports" in str(p) and p.phase == "Pending"
+
+
+def test_failed_pod_is_a_problem():
+    assert problem(pod("Failed", reason="Evicted")).reason == "Evicted"
