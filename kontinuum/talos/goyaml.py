@@ -50,6 +50,10 @@ class Dumper(yaml.SafeDumper):
     def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
         return super().increase_indent(flow, False)
 
+    def ignore_aliases(self, data: Any) -> bool:
+        # A value shared between two places must be written twice, never as an &anchor.
+        return True
+
 
 def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
     if "\n" in value:

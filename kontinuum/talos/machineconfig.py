@@ -9,6 +9,7 @@ pool → node. Same inputs give the same bytes, so a diff means a real change.
 from __future__ import annotations
 
 import base64
+import copy
 import ipaddress
 import re
 from dataclasses import dataclass, field
@@ -379,13 +380,15 @@ def build(spec: ClusterSpec, bundle: SecretsBundle, *, pool: str = CONTROLPLANE,
         if node_errors:
             raise ConfigErrors(node_errors)
     cp = pool == CONTROLPLANE
-    doc: dict[str, Any] = {
-        "version": "v1alpha1",
-        "debug": False,
-        "persist": True,
-        "machine": _machine(spec, bundle, pool_spec, node, cp),
-        "cluster": _cluster(spec, bundle, cp),
-    }
+    doc: dict[str, Any] = copy.deepcopy(
+        {
+            "version": "v1alpha1",
+            "debug": False,
+            "persist": True,
+            "machine": _machine(spec, bundle, pool_spec, node, cp),
+            "cluster": _cluster(spec, bundle, cp),
+        }
+    )  # callers may edit the result; module-level defaults must stay untouched
     layers = [("patches", spec.patches), (f"{pool_path}.patches", pool_spec.patches)]
     if node:
         layers.append((f"{node_path}.patches", node.patches))
@@ -455,7 +458,10 @@ def _mask_path(doc: Any, path: tuple[str, ...]) -> None:
 def redact(config: bytes | str) -> str:
     """The config with every secret replaced by `******`, for previews and diffs."""
     text = config.decode() if isinstance(config, bytes) else config
-    docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:  # PyYAML quotes the offending line, which may hold a secret
+        raise ValueError(f"config is not valid YAML ({exc.__class__.__name__})") from None
     out = []
     for doc in docs:
         doc = _mask(doc)

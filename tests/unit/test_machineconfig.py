@@ -368,3 +368,16 @@ def test_precheck_mirrors_machinery(bundle, pool, mutate, expected):
 def test_unknown_cni_on_a_worker_is_not_checked_like_machinery(bundle):
     raw = _mutated(mc.render(spec(), bundle, pool="general"), lambda d: d["cluster"]["network"]["cni"].update(name="x"))
     assert mc.precheck(raw) == []
+
+
+def test_redact_never_echoes_unparsable_input():
+    with pytest.raises(ValueError) as err:
+        mc.redact("machine:\n  token: sup3rs3cret\n  - broken")
+    assert "sup3rs3cret" not in str(err.value)
+
+
+def test_strings_go_would_misread_are_quoted(bundle):
+    s = spec(control_plane=mc.PoolSpec(mc.CONTROLPLANE, 3, node_labels={"tier": "1e3", "num": "0o17"}))
+    text = mc.render(s, bundle).decode()
+    assert '        tier: "1e3"\n' in text and '        num: "0o17"\n' in text
+    assert "&id" not in text and "*id" not in text
