@@ -23,7 +23,7 @@ from kontinuum.errors import ConfigError
 from kontinuum.talos import goyaml, pki
 from kontinuum.talos.pki import CertKey
 
-__all__ = ["CertKey", "SecretsBundle", "generate", "load", "dump", "CA_VALIDITY_DAYS"]
+__all__ = ["CertKey", "SecretsBundle", "generate", "load", "dump", "secret_values", "CA_VALIDITY_DAYS", "TOKEN_RE"]
 
 CA_VALIDITY_DAYS = 3650  # talosctl: CAValidityTime = 87600h
 TOKEN_RE = re.compile(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
@@ -185,6 +185,7 @@ def load(text: str) -> SecretsBundle:
 
 
 # --- dump -----------------------------------------------------------------------------------
+
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
