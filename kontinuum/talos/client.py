@@ -1,0 +1,508 @@
+"""Talos API client: the calls Kontinuum makes to a node, each with a deadline and typed errors.
+
+Usage from ordinary (non-async) code, e.g. a dynamic provider:
+
+    node = TalosClient.maintenance("10.5.0.2")
+    info = node.discover()
+    node.apply_config(config_yaml)
+
+    cp = TalosClient.from_talosconfig(talosconfig.parse(text), node="10.5.0.2")
+    cp.bootstrap()
+    kubeconfig = cp.kubeconfig()
+
+Each operation opens its own connection in a short-lived event loop and closes it before
+returning, so a client object holds no socket or loop and is safe to share between threads.
+A maintenance client still pins the node's certificate across operations (transport.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import gzip
+import io
+import tarfile
+from dataclasses import dataclass, replace
+from typing import Any, Awaitable, Callable, Iterable, TypeVar
+
+import yaml
+from google.protobuf import duration_pb2, empty_pb2
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
+
+from kontinuum.talos.errors import (
+    CertificatePinMismatch,
+    ClusterUnhealthyError,
+    TalosApiError,
+    TalosError,
+    classify,
+    from_status,
+)
+from kontinuum.talos.transport import APID_PORT, MaintenanceTransport, MutualTlsTransport, Transport
+from protos.gen.cluster import cluster_grpc, cluster_pb2
+from protos.gen.machine import machine_grpc, machine_pb2
+from protos.gen.v1alpha1 import state_grpc, state_pb2
+
+T = TypeVar("T")
+
+_TRANSPORT_ERRORS = (GRPCError, OSError, TimeoutError, StreamTerminatedError, ProtocolError, CertificatePinMismatch)
+
+APPLY_MODES = {
+    "reboot": machine_pb2.ApplyConfigurationRequest.REBOOT,
+    "auto": machine_pb2.ApplyConfigurationRequest.AUTO,
+    "no-reboot": machine_pb2.ApplyConfigurationRequest.NO_REBOOT,
+    "staged": machine_pb2.ApplyConfigurationRequest.STAGED,
+    "try": machine_pb2.ApplyConfigurationRequest.TRY,
+}
+WIPE_MODES = {
+    "all": machine_pb2.ResetRequest.ALL,
+    "system-disk": machine_pb2.ResetRequest.SYSTEM_DISK,
+    "user-disks": machine_pb2.ResetRequest.USER_DISKS,
+}
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    """Client-side deadline of every operation, in seconds: the one place the defaults live.
+    Override per client (`TalosClient(..., deadlines=Deadlines(bootstrap=60))`) or per call
+    (`timeout=`)."""
+
+    discover: float = 10.0
+    version: float = 10.0
+    apply_config: float = 30.0
+    bootstrap: float = 30.0
+    kubeconfig: float = 30.0
+    reset: float = 30.0
+    etcd: float = 15.0
+    service_list: float = 10.0
+    upgrade: float = 60.0
+    # health_check's deadline is its server-side wait_timeout plus this slack, so the node
+    # reports its own verdict before we give up on it.
+    health_check_slack: float = 30.0
+
+
+DEFAULT_DEADLINES = Deadlines()
+
+
+@dataclass(frozen=True)
+class Link:
+    name: str
+    mac: str
+    kind: str  # `type` in Talos's spec: ether, loopback, ...
+    state: str  # operationalState: up, down, unknown
+    mtu: int
+    carrier: bool  # linkState
+
+
+@dataclass(frozen=True)
+class Address:
+    link: str
+    cidr: str
+    family: str  # inet4 / inet6
+    scope: str  # global, link, host
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """What a maintenance-mode node tells about itself."""
+
+    address: str
+    talos_version: str
+    links: tuple[Link, ...]
+    addresses: tuple[Address, ...]
+    fingerprint: str | None  # SPKI SHA-256 of the node's maintenance certificate
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    mode: str  # the mode the node actually used
+    details: str
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    tag: str
+    sha: str
+    arch: str
+    platform: str
+    rbac: bool
+
+
+@dataclass(frozen=True)
+class EtcdMember:
+    id: int
+    hostname: str
+    peer_urls: tuple[str, ...]
+    client_urls: tuple[str, ...]
+    is_learner: bool
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    id: str
+    state: str
+    healthy: bool | None  # None while the service's health is unknown
+
+
+def run_sync(coro: Awaitable[T]) -> T:
+    """Run `coro` to completion from synchronous code.
+
+    Normally in a fresh event loop on the calling thread; from inside a running loop (where
+    that is not allowed) on a helper thread. The coroutine carries its own deadline."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)  # type: ignore[arg-type]
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="talos-client") as pool:
+        return pool.submit(asyncio.run, coro).result()  # type: ignore[arg-type]
+
+
+def _raise_for_metadata(messages: Iterable[Any], node: str, operation: str) -> None:
+    """apid reports a per-node failure inside a successful RPC: check every message."""
+    for message in messages:
+        meta = message.metadata
+        if meta.error:
+            status = Status(meta.status.code) if meta.status.code else Status.UNKNOWN
+            raise from_status(meta.hostname or node, operation, status, meta.error)
+
+
+def _yaml_spec(resource: Any) -> dict:
+    spec = yaml.safe_load(resource.spec.yaml_spec or "{}")
+    return spec if isinstance(spec, dict) else {}
+
+
+def _extract_kubeconfig(archive: bytes) -> str:
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(archive)), mode="r:") as tar:
+        for member in tar:
+            if member.isfile():
+                f = tar.extractfile(member)
+                if f is not None:
+                    return f.read().decode()
+    raise ValueError("the kubeconfig archive holds no file")
+
+
+class TalosClient:
+    """Operations on one Talos node over one transport (maintenance or mTLS)."""
+
+    def __init__(self, transport: Transport, *, deadlines: Deadlines | None = None) -> None:
+        self._transport = transport
+        self.deadlines = deadlines or DEFAULT_DEADLINES
+
+    @classmethod
+    def maintenance(
+        cls,
+        address: str,
+        *,
+        port: int = APID_PORT,
+        fingerprint: str | None = None,
+        deadlines: Deadlines | None = None,
+    ) -> TalosClient:
+        """Insecure client for a node in maintenance mode; pass `fingerprint` to pin a known
+        certificate up front, else the first one seen is pinned."""
+        return cls(MaintenanceTransport(address, port=port, fingerprint=fingerprint), deadlines=deadlines)
+
+    @classmethod
+    def from_talosconfig(
+        cls,
+        config: Any,
+        *,
+        node: str | None = None,
+        endpoint: str | None = None,
+        port: int = APID_PORT,
+        deadlines: Deadlines | None = None,
+    ) -> TalosClient:
+        """Authenticated client from a parsed talosconfig (talosconfig.parse)."""
+        transport = MutualTlsTransport.from_talosconfig(config, node=node, endpoint=endpoint, port=port)
+        return cls(transport, deadlines=deadlines)
+
+    def with_deadlines(self, **overrides: float) -> TalosClient:
+        return TalosClient(self._transport, deadlines=replace(self.deadlines, **overrides))
+
+    @property
+    def node(self) -> str:
+        return self._transport.node
+
+    @property
+    def fingerprint(self) -> str | None:
+        """The pinned maintenance certificate fingerprint (None for mTLS or before first use)."""
+        return getattr(self._transport, "fingerprint", None)
+
+    # --- plumbing -------------------------------------------------------------------------
+
+    def _run(self, operation: str, timeout: float, body: Callable[[Any, dict, float], Awaitable[T]]) -> T:
+        return run_sync(self._call(operation, timeout, body))
+
+    async def _call(self, operation: str, timeout: float, body: Callable[[Any, dict, float], Awaitable[T]]) -> T:
+        try:
+            async with asyncio.timeout(timeout):
+                async with self._transport.channel() as channel:
+                    return await body(channel, self._transport.metadata(), timeout)
+        except _TRANSPORT_ERRORS as exc:
+            raise classify(
+                exc, node=self.node, operation=operation, timeout=timeout, maintenance=self._transport.maintenance
+            ) from exc
+
+    # --- maintenance-mode reads -----------------------------------------------------------
+
+    def discover(self, *, timeout: float | None = None) -> Discovery:
+        """Talos version, links and addresses, read as COSI resources: in maintenance mode the
+        Version RPC is Unimplemented for anyone outside SideroLink."""
+
+        async def body(channel: Any, md: dict, t: float) -> Discovery:
+            state = state_grpc.StateStub(channel)
+            got = await state.Get(
+                state_pb2.GetRequest(namespace="runtime", type="Versions.runtime.talos.dev", id="version"),
+                timeout=t,
+                metadata=md,
+            )
+            links = await state.List(
+                state_pb2.ListRequest(namespace="network", type="LinkStatuses.net.talos.dev"), timeout=t, metadata=md
+            )
+            addresses = await state.List(
+                state_pb2.ListRequest(namespace="network", type="AddressStatuses.net.talos.dev"),
+                timeout=t,
+                metadata=md,
+            )
+            return Discovery(
+                address=self.node,
+                talos_version=str(_yaml_spec(got.resource).get("version", "")),
+                links=tuple(self._link(r.resource) for r in links),
+                addresses=tuple(self._address(r.resource) for r in addresses),
+                fingerprint=self.fingerprint,
+            )
+
+        return self._run("discover", timeout or self.deadlines.discover, body)
+
+    @staticmethod
+    def _link(resource: Any) -> Link:
+        spec = _yaml_spec(resource)
+        return Link(
+            name=resource.metadata.id,
+            mac=str(spec.get("hardwareAddr", "")),
+            kind=str(spec.get("type", "")),
+            state=str(spec.get("operationalState", "")),
+            mtu=int(spec.get("mtu") or 0),
+            carrier=bool(spec.get("linkState", False)),
+        )
+
+    @staticmethod
+    def _address(resource: Any) -> Address:
+        spec = _yaml_spec(resource)
+        return Address(
+            link=str(spec.get("linkName", "")),
+            cidr=str(spec.get("address", "")),
+            family=str(spec.get("family", "")),
+            scope=str(spec.get("scope", "")),
+        )
+
+    # --- machine service ------------------------------------------------------------------
+
+    def apply_config(
+        self, data: bytes | str, *, mode: str = "auto", dry_run: bool = False, timeout: float | None = None
+    ) -> ApplyResult:
+        """Send a machine config. In maintenance mode only auto, reboot and try are served."""
+        if mode not in APPLY_MODES:
+            raise ValueError(f"apply mode must be one of {', '.join(APPLY_MODES)}, got {mode!r}")
+        request = machine_pb2.ApplyConfigurationRequest(
+            data=data.encode() if isinstance(data, str) else data, mode=APPLY_MODES[mode], dry_run=dry_run
+        )
+
+        async def body(channel: Any, md: dict, t: float) -> ApplyResult:
+            reply = await machine_grpc.MachineServiceStub(channel).ApplyConfiguration(request, timeout=t, metadata=md)
+            _raise_for_metadata(reply.messages, self.node, "apply-config")
+            first = reply.messages[0] if reply.messages else machine_pb2.ApplyConfiguration()
+            return ApplyResult(
+                mode=machine_pb2.ApplyConfigurationRequest.Mode.Name(first.mode).lower().replace("_", "-"),
+                details=first.mode_details,
+                warnings=tuple(first.warnings),
+            )
+
+        return self._run("apply-config", timeout or self.deadlines.apply_config, body)
+
+    def bootstrap(self, *, recover_etcd: bool = False, timeout: float | None = None) -> None:
+        """Start etcd on this control-plane node; raises AlreadyBootstrappedError if it ran before."""
+
+        async def body(channel: Any, md: dict, t: float) -> None:
+            reply = await machine_grpc.MachineServiceStub(channel).Bootstrap(
+                machine_pb2.BootstrapRequest(recover_etcd=recover_etcd), timeout=t, metadata=md
+            )
+            _raise_for_metadata(reply.messages, self.node, "bootstrap")
+
+        self._run("bootstrap", timeout or self.deadlines.bootstrap, body)
+
+    def kubeconfig(self, *, timeout: float | None = None) -> str:
+        """The admin kubeconfig, which a control-plane node streams as a gzip-compressed tar."""
+
+        async def body(channel: Any, md: dict, t: float) -> str:
+            chunks = await machine_grpc.MachineServiceStub(channel).Kubeconfig(
+                empty_pb2.Empty(), timeout=t, metadata=md
+            )
+            _raise_for_metadata(chunks, self.node, "kubeconfig")
+            try:
+                return _extract_kubeconfig(b"".join(c.bytes for c in chunks))
+            except (OSError, EOFError, tarfile.TarError, ValueError, UnicodeDecodeError) as exc:
+                raise TalosApiError(self.node, "kubeconfig", f"the node sent an unreadable archive ({exc})") from exc
+
+        return self._run("kubeconfig", timeout or self.deadlines.kubeconfig, body)
+
+    def reset(
+        self,
+        *,
+        graceful: bool = True,
+        reboot: bool = True,
+        mode: str = "all",
+        system_partitions: Iterable[str] = (),
+        user_disks: Iterable[str] = (),
+        timeout: float | None = None,
+    ) -> str:
+        """Wipe the node back to maintenance mode (reboot=False powers it off instead).
+        graceful=True leaves etcd cleanly first. Returns the node's actor id for the reset."""
+        if mode not in WIPE_MODES:
+            raise ValueError(f"wipe mode must be one of {', '.join(WIPE_MODES)}, got {mode!r}")
+        request = machine_pb2.ResetRequest(
+            graceful=graceful,
+            reboot=reboot,
+            mode=WIPE_MODES[mode],
+            system_partitions_to_wipe=[machine_pb2.ResetPartitionSpec(label=p, wipe=True) for p in system_partitions],
+            user_disks_to_wipe=list(user_disks),
+        )
+
+        async def body(channel: Any, md: dict, t: float) -> str:
+            reply = await machine_grpc.MachineServiceStub(channel).Reset(request, timeout=t, metadata=md)
+            _raise_for_metadata(reply.messages, self.node, "reset")
+            return reply.messages[0].actor_id if reply.messages else ""
+
+        return self._run("reset", timeout or self.deadlines.reset, body)
+
+    def etcd_members(self, *, query_local: bool = False, timeout: float | None = None) -> list[EtcdMember]:
+        async def body(channel: Any, md: dict, t: float) -> list[EtcdMember]:
+            reply = await machine_grpc.MachineServiceStub(channel).EtcdMemberList(
+                machine_pb2.EtcdMemberListRequest(query_local=query_local), timeout=t, metadata=md
+            )
+            _raise_for_metadata(reply.messages, self.node, "etcd-members")
+            return [
+                EtcdMember(m.id, m.hostname, tuple(m.peer_urls), tuple(m.client_urls), m.is_learner)
+                for message in reply.messages
+                for m in message.members
+            ]
+
+        return self._run("etcd-members", timeout or self.deadlines.etcd, body)
+
+    def etcd_leave(self, *, timeout: float | None = None) -> None:
+        """Make this control-plane node leave the etcd cluster."""
+
+        async def body(channel: Any, md: dict, t: float) -> None:
+            reply = await machine_grpc.MachineServiceStub(channel).EtcdLeaveCluster(
+                machine_pb2.EtcdLeaveClusterRequest(), timeout=t, metadata=md
+            )
+            _raise_for_metadata(reply.messages, self.node, "etcd-leave")
+
+        self._run("etcd-leave", timeout or self.deadlines.etcd, body)
+
+    def etcd_remove_member(self, member_id: int, *, timeout: float | None = None) -> None:
+        """Remove another (e.g. reset or lost) member from etcd through this node."""
+
+        async def body(channel: Any, md: dict, t: float) -> None:
+            reply = await machine_grpc.MachineServiceStub(channel).EtcdRemoveMemberByID(
+                machine_pb2.EtcdRemoveMemberByIDRequest(member_id=member_id), timeout=t, metadata=md
+            )
+            _raise_for_metadata(reply.messages, self.node, "etcd-remove-member")
+
+        self._run("etcd-remove-member", timeout or self.deadlines.etcd, body)
+
+    def upgrade(
+        self, image: str, *, stage: bool = False, force: bool = False, timeout: float | None = None
+    ) -> str:
+        """Ask the node to install `image` and reboot into it; returns the node's acknowledgement.
+
+        Uses MachineService.Upgrade, which Talos marks deprecated (LifecycleService.Upgrade
+        replaces it) but still serves."""
+
+        async def body(channel: Any, md: dict, t: float) -> str:
+            reply = await machine_grpc.MachineServiceStub(channel).Upgrade(
+                machine_pb2.UpgradeRequest(image=image, stage=stage, force=force), timeout=t, metadata=md
+            )
+            _raise_for_metadata(reply.messages, self.node, "upgrade")
+            return reply.messages[0].ack if reply.messages else ""
+
+        return self._run("upgrade", timeout or self.deadlines.upgrade, body)
+
+    def service_list(self, *, timeout: float | None = None) -> list[ServiceStatus]:
+        async def body(channel: Any, md: dict, t: float) -> list[ServiceStatus]:
+            reply = await machine_grpc.MachineServiceStub(channel).ServiceList(
+                empty_pb2.Empty(), timeout=t, metadata=md
+            )
+            _raise_for_metadata(reply.messages, self.node, "service-list")
+            return [
+                ServiceStatus(s.id, s.state, None if s.health.unknown else s.health.healthy)
+                for message in reply.messages
+                for s in message.services
+            ]
+
+        return self._run("service-list", timeout or self.deadlines.service_list, body)
+
+    def version(self, *, timeout: float | None = None) -> VersionInfo:
+        """Talos version over the Version RPC (configured nodes; maintenance mode refuses it)."""
+
+        async def body(channel: Any, md: dict, t: float) -> VersionInfo:
+            reply = await machine_grpc.MachineServiceStub(channel).Version(empty_pb2.Empty(), timeout=t, metadata=md)
+            _raise_for_metadata(reply.messages, self.node, "version")
+            if not reply.messages:
+                raise TalosApiError(self.node, "version", "the node sent an empty reply")
+            v = reply.messages[0]
+            return VersionInfo(v.version.tag, v.version.sha, v.version.arch, v.platform.name, v.features.rbac)
+
+        return self._run("version", timeout or self.deadlines.version, body)
+
+    # --- cluster service ------------------------------------------------------------------
+
+    def health_check(
+        self,
+        control_plane_nodes: Iterable[str],
+        worker_nodes: Iterable[str] = (),
+        *,
+        wait_timeout: float = 600.0,
+        on_progress: Callable[[str], None] | None = None,
+        force_endpoint: str = "",
+        timeout: float | None = None,
+    ) -> list[str]:
+        """Run Talos's server-side cluster health check through this node and wait, at most
+        `wait_timeout` on the node plus Deadlines.health_check_slack, for it to pass.
+
+        Each progress message goes to `on_progress` as it arrives; all are returned. Raises
+        ClusterUnhealthyError, naming the last message, when the node gives up."""
+        request = cluster_pb2.HealthCheckRequest(
+            wait_timeout=duration_pb2.Duration(seconds=int(wait_timeout), nanos=int((wait_timeout % 1) * 1e9)),
+            cluster_info=cluster_pb2.ClusterInfo(
+                control_plane_nodes=list(control_plane_nodes),
+                worker_nodes=list(worker_nodes),
+                force_endpoint=force_endpoint,
+            ),
+        )
+        seen: list[str] = []
+
+        async def body(channel: Any, md: dict, t: float) -> list[str]:
+            stub = cluster_grpc.ClusterServiceStub(channel)
+            async with stub.HealthCheck.open(timeout=t, metadata=md) as stream:
+                await stream.send_message(request, end=True)
+                async for progress in stream:
+                    if progress.metadata.error:
+                        raise ClusterUnhealthyError(self.node, "health-check", progress.metadata.error)
+                    seen.append(progress.message)
+                    if on_progress is not None:
+                        on_progress(progress.message)
+            return seen
+
+        try:
+            return self._run("health-check", timeout or wait_timeout + self.deadlines.health_check_slack, body)
+        except TalosError as exc:
+            if not seen:
+                raise
+            problem = f"{exc.problem}; last progress: {seen[-1]}"
+            raise type(exc)(exc.node, exc.operation, problem, status=exc.status) from exc
+
+
+def discover(address: str, *, port: int = APID_PORT, deadlines: Deadlines | None = None) -> Discovery:
+    """One-shot discovery of a maintenance-mode node."""
+    return TalosClient.maintenance(address, port=port, deadlines=deadlines).discover()

@@ -1,0 +1,377 @@
+"""What an emulated node answers, method by method, once rpc.py has admitted the call.
+
+Errors are raised as GRPCError with the codes and, where we know them, the texts Talos uses
+(machined's v1alpha1 server and the maintenance service), so clients see what they would see
+from a real node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import gzip
+import io
+import re
+import tarfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, AsyncIterator, Callable
+
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+
+from kontinuum.talos import pki
+from lab.controlplane import kubeconfig_text
+from lab.talos_node import resources
+from lab.talos_node.cluster import AlreadyBootstrapped, HealthQuery
+from lab.talos_node.machineconfig import AppliedConfig, InvalidConfig, parse
+from protos.gen.cluster import cluster_pb2
+from protos.gen.common import common_pb2
+from protos.gen.machine import machine_pb2
+from protos.gen.v1alpha1 import state_pb2
+
+if TYPE_CHECKING:
+    from lab.talos_node.node import EmulatedNode
+
+Mode = machine_pb2.ApplyConfigurationRequest
+KUBECONFIG_CHUNK = 1024  # small, so clients must reassemble several chunks
+HEALTH_POLL = 0.25  # seconds between health evaluations
+DEFAULT_HEALTH_WAIT = 20 * 60.0  # talosctl's default wait_timeout
+_INSTALLER_TAG = re.compile(r":(v\d+\.\d+\.\d+[^@/]*)(@sha256:[0-9a-f]+)?$")
+
+
+@dataclass
+class Call:
+    """One admitted call on the node that handles it."""
+
+    roles: frozenset[str]
+    after_reply: list[Callable[[], None]] = field(default_factory=list)
+
+
+def _mode_name(mode: int) -> str:
+    return Mode.Mode.Name(mode).lower().replace("_", "-")
+
+
+class NodeApi:
+    def __init__(self, node: EmulatedNode) -> None:
+        self.node = node
+
+    # --- helpers --------------------------------------------------------------------------
+
+    def _config(self) -> AppliedConfig:
+        assert self.node.config is not None  # rpc.py admits these only in configured mode
+        return self.node.config
+
+    def _control_plane_only(self, api: str) -> AppliedConfig:
+        config = self._config()
+        if not config.is_control_plane:
+            raise GRPCError(Status.UNIMPLEMENTED, f"{api} is only available on control plane nodes")
+        return config
+
+    def _etcd_cluster(self, api: str) -> str:
+        config = self._control_plane_only(api)
+        if not self.node.registry.state(config.cluster_key).bootstrapped:
+            raise GRPCError(Status.FAILED_PRECONDITION, "etcd is not running on this node: the cluster is not bootstrapped")
+        return config.cluster_key
+
+    @staticmethod
+    def _parse(data: bytes) -> AppliedConfig:
+        try:
+            return parse(data)
+        except InvalidConfig as exc:
+            raise GRPCError(Status.INVALID_ARGUMENT, str(exc)) from None
+
+    # --- MachineService -------------------------------------------------------------------
+
+    async def apply_configuration(self, call: Call, request) -> machine_pb2.ApplyConfigurationResponse:
+        node = self.node
+        if node.mode == "maintenance":
+            return self._apply_in_maintenance(call, request)
+        new = self._parse(request.data)
+        old = self._config()
+        same_identity = (new.cluster_key, new.machine_type, new.os_ca, new.k8s_ca) == (
+            old.cluster_key,
+            old.machine_type,
+            old.os_ca,
+            old.k8s_ca,
+        )
+        mode = request.mode
+        if mode == Mode.AUTO:
+            mode = Mode.NO_REBOOT if same_identity else Mode.REBOOT
+        if mode in (Mode.NO_REBOOT, Mode.TRY) and not same_identity:
+            raise GRPCError(
+                Status.INVALID_ARGUMENT,
+                "this config change can't be applied in immediate mode: the machine type or cluster identity changed",
+            )
+        details = {
+            Mode.REBOOT: "Applied configuration with a reboot",
+            Mode.NO_REBOOT: "Applied configuration without a reboot",
+            Mode.TRY: "Applied configuration without a reboot",
+            Mode.STAGED: "Staged configuration to be applied after the next reboot",
+        }[mode]
+        if request.dry_run:
+            return self._applied(mode, f"Dry run summary:\n{details} (skipped in dry-run).")
+        if mode == Mode.REBOOT:
+            call.after_reply.append(lambda: node.schedule_reboot(lambda: self._switch_config(new)))
+        elif mode == Mode.STAGED:
+            node.staged = new
+        else:
+            node.config = new
+        return self._applied(mode, details)
+
+    def _apply_in_maintenance(self, call: Call, request) -> machine_pb2.ApplyConfigurationResponse:
+        if request.mode in (Mode.NO_REBOOT, Mode.STAGED):
+            raise GRPCError(
+                Status.UNIMPLEMENTED,
+                f"apply configuration --mode='{_mode_name(request.mode)}' is not supported in maintenance mode",
+            )
+        new = self._parse(request.data)
+        if request.dry_run:
+            return self._applied(Mode.REBOOT, "Dry run summary:\nNode is running in maintenance mode and does not have a config yet.")
+        call.after_reply.append(lambda: self.node.schedule_reboot(lambda: self._switch_config(new)))
+        return self._applied(Mode.REBOOT, "Applied configuration with a reboot")
+
+    def _switch_config(self, new: AppliedConfig) -> None:
+        node, old_key = self.node, self.node.cluster_key
+        if old_key and old_key != new.cluster_key:
+            node.registry.leave(old_key, node.address)
+        node.config = new
+        if old_key and old_key != new.cluster_key:
+            node.registry.forget_if_empty(old_key)
+
+    @staticmethod
+    def _applied(mode: int, details: str) -> machine_pb2.ApplyConfigurationResponse:
+        return machine_pb2.ApplyConfigurationResponse(
+            messages=[machine_pb2.ApplyConfiguration(mode=mode, mode_details=details)]
+        )
+
+    async def bootstrap(self, call: Call, request) -> machine_pb2.BootstrapResponse:
+        config = self._config()
+        if not config.is_control_plane:
+            raise GRPCError(Status.FAILED_PRECONDITION, "bootstrap can only be performed on a control plane node")
+        try:
+            self.node.registry.bootstrap(config.cluster_key, self.node)
+        except AlreadyBootstrapped:
+            raise GRPCError(Status.ALREADY_EXISTS, "etcd data directory is not empty") from None
+        return machine_pb2.BootstrapResponse(messages=[machine_pb2.Bootstrap()])
+
+    async def etcd_member_list(self, call: Call, request) -> machine_pb2.EtcdMemberListResponse:
+        key = self._etcd_cluster("etcd member list")
+        members = sorted(self.node.registry.state(key).members.values(), key=lambda m: m.hostname)
+        return machine_pb2.EtcdMemberListResponse(
+            messages=[
+                machine_pb2.EtcdMembers(
+                    members=[
+                        machine_pb2.EtcdMember(
+                            id=m.id, hostname=m.hostname, peer_urls=m.peer_urls, client_urls=m.client_urls
+                        )
+                        for m in members
+                    ]
+                )
+            ]
+        )
+
+    async def etcd_remove_member_by_id(self, call: Call, request) -> machine_pb2.EtcdRemoveMemberByIDResponse:
+        key = self._etcd_cluster("etcd remove member")
+        if not self.node.registry.remove_member(key, request.member_id):
+            raise GRPCError(Status.NOT_FOUND, "etcdserver: member not found")
+        return machine_pb2.EtcdRemoveMemberByIDResponse(messages=[machine_pb2.EtcdRemoveMemberByID()])
+
+    async def etcd_leave_cluster(self, call: Call, request) -> machine_pb2.EtcdLeaveClusterResponse:
+        key = self._etcd_cluster("etcd leave cluster")
+        if not self.node.registry.leave(key, self.node.address):
+            raise GRPCError(Status.FAILED_PRECONDITION, "this node is not an etcd member")
+        return machine_pb2.EtcdLeaveClusterResponse(messages=[machine_pb2.EtcdLeaveCluster()])
+
+    async def kubeconfig(self, call: Call, request) -> AsyncIterator[common_pb2.Data]:
+        config = self._control_plane_only("kubeconfig")
+        if not self.node.registry.state(config.cluster_key).bootstrapped:
+            raise GRPCError(Status.FAILED_PRECONDITION, "kubeconfig is not available before the cluster is bootstrapped")
+        assert config.k8s_ca is not None  # machineconfig.parse requires it on control planes
+        admin = pki.issue_cert(
+            config.k8s_ca,
+            common_name="admin",
+            organizations=["system:masters"],
+            client=True,
+            key_type="ecdsa",
+            now=dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=10),
+        )
+        text = kubeconfig_text(config.cluster_name, config.endpoint, config.k8s_ca.crt, admin).encode()
+        archive = io.BytesIO()
+        with gzip.GzipFile(fileobj=archive, mode="wb") as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+            info = tarfile.TarInfo("kubeconfig")
+            info.size, info.mode, info.mtime = len(text), 0o600, int(time.time())
+            tar.addfile(info, io.BytesIO(text))
+        data = archive.getvalue()
+        for offset in range(0, len(data), KUBECONFIG_CHUNK):
+            yield common_pb2.Data(bytes=data[offset : offset + KUBECONFIG_CHUNK])
+
+    async def reset(self, call: Call, request) -> machine_pb2.ResetResponse:
+        node, config = self.node, self._config()
+        if request.user_disks_to_wipe:
+            if request.mode == machine_pb2.ResetRequest.SYSTEM_DISK:
+                raise GRPCError(
+                    Status.UNKNOWN,
+                    "reset failed: invalid input, wipe mode SYSTEM_DISK doesn't support UserDisksToWipe parameter",
+                )
+            disk = request.user_disks_to_wipe[0]
+            why = "is the system disk" if disk == "/dev/sda" else "wasn't found"
+            raise GRPCError(Status.UNKNOWN, f"reset user disk failed: device {disk} {why}")
+        if request.system_partitions_to_wipe and request.mode == machine_pb2.ResetRequest.USER_DISKS:
+            raise GRPCError(
+                Status.UNKNOWN,
+                "reset failed: invalid input, wipe mode USER_DISKS doesn't support SystemPartitionsToWipe parameter",
+            )
+        partitions = {p.label for p in request.system_partitions_to_wipe if p.wipe}
+        wipes_config = request.mode != machine_pb2.ResetRequest.USER_DISKS and (not partitions or "STATE" in partitions)
+        if request.graceful and config.is_control_plane:
+            node.registry.leave(config.cluster_key, node.address)
+
+        def forget() -> None:
+            node.config = node.staged = None
+            node.registry.forget_if_empty(config.cluster_key)
+
+        call.after_reply.append(
+            lambda: node.schedule_reboot(forget if wipes_config else None, power_off=not request.reboot)
+        )
+        return machine_pb2.ResetResponse(messages=[machine_pb2.Reset(actor_id=str(uuid.uuid4()))])
+
+    async def service_list(self, call: Call, request) -> machine_pb2.ServiceListResponse:
+        config = self._config()
+        running = ["apid", "containerd", "cri", "kubelet", "machined", "udevd"]
+        if config.is_control_plane:
+            running.append("trustd")
+        services = [self._service(s, "Running", True) for s in running]
+        if config.is_control_plane:
+            member = any(m.address == self.node.address for m in self.node.registry.state(config.cluster_key).members.values())
+            services.append(self._service("etcd", "Running" if member else "Preparing", member))
+        services.sort(key=lambda s: s.id)
+        return machine_pb2.ServiceListResponse(messages=[machine_pb2.ServiceList(services=services)])
+
+    def _service(self, name: str, state: str, healthy: bool) -> machine_pb2.ServiceInfo:
+        event = machine_pb2.ServiceEvent(msg=f"Service {state.lower()}", state=state, ts=self.node.booted_at)
+        return machine_pb2.ServiceInfo(
+            id=name,
+            state=state,
+            events=machine_pb2.ServiceEvents(events=[event]),
+            health=machine_pb2.ServiceHealth(healthy=healthy, last_change=self.node.booted_at),
+        )
+
+    async def upgrade(self, call: Call, request) -> machine_pb2.UpgradeResponse:
+        match = _INSTALLER_TAG.search(request.image)
+        if not match:
+            raise GRPCError(
+                Status.UNKNOWN,
+                f'error validating installer image "{request.image}": the image has no Talos version tag',
+            )
+        node, version = self.node, match.group(1)
+        if request.stage:
+            node.staged_version = version
+        else:
+            call.after_reply.append(lambda: node.schedule_reboot(lambda: setattr(node, "talos_version", version)))
+        return machine_pb2.UpgradeResponse(
+            messages=[machine_pb2.Upgrade(ack="Upgrade request received", actor_id=str(uuid.uuid4()))]
+        )
+
+    async def version(self, call: Call, request) -> machine_pb2.VersionResponse:
+        return machine_pb2.VersionResponse(
+            messages=[
+                machine_pb2.Version(
+                    version=machine_pb2.VersionInfo(
+                        tag=self.node.talos_version,
+                        sha="kontinuum-emulator",
+                        built="",
+                        go_version="go1.26.1",
+                        os="linux",
+                        arch="amd64",
+                    ),
+                    platform=machine_pb2.PlatformInfo(name="metal", mode="metal"),
+                    features=machine_pb2.FeaturesInfo(rbac=True),
+                )
+            ]
+        )
+
+    # --- ClusterService -------------------------------------------------------------------
+
+    async def health_check(self, call: Call, request) -> AsyncIterator[cluster_pb2.HealthCheckProgress]:
+        """Stream "waiting for <check>: <problem>" until every check passes, like talosctl's
+        server-side health; past wait_timeout the call ends with DeadlineExceeded."""
+        key = self._config().cluster_key
+        info = request.cluster_info
+        cps, workers = tuple(info.control_plane_nodes), tuple(info.worker_nodes)
+        if not cps and not workers:
+            nodes = self.node.registry.nodes_of(key)
+            cps = tuple(sorted(n.address for n in nodes if n.is_control_plane))
+            workers = tuple(sorted(n.address for n in nodes if not n.is_control_plane))
+        query = HealthQuery(key, cps, workers, info.force_endpoint)
+        wait = request.wait_timeout.ToTimedelta().total_seconds() if request.HasField("wait_timeout") else 0
+        deadline = asyncio.get_running_loop().time() + (wait or DEFAULT_HEALTH_WAIT)
+
+        def progress(text: str) -> cluster_pb2.HealthCheckProgress:
+            return cluster_pb2.HealthCheckProgress(message=text)
+
+        yield progress(f"discovered nodes: control plane: {list(cps)}, worker: {list(workers)}")
+        reported: dict[str, str | None] = {}
+        while True:
+            checks = await asyncio.to_thread(self.node.registry.health, query)
+            failing = None
+            for name, problem in checks:
+                if problem is None:
+                    if reported.get(name, "") is not None:
+                        reported[name] = None
+                        yield progress(f"waiting for {name}: OK")
+                    continue
+                failing = (name, problem)
+                if reported.get(name) != problem:
+                    reported[name] = problem
+                    yield progress(f"waiting for {name}: {problem}")
+                break
+            if failing is None:
+                return
+            if asyncio.get_running_loop().time() >= deadline:
+                raise GRPCError(Status.DEADLINE_EXCEEDED, f"{failing[0]}: {failing[1]}")
+            await asyncio.sleep(HEALTH_POLL)
+
+    # --- cosi.resource.State --------------------------------------------------------------
+
+    def _resources(self, namespace: str, rtype: str) -> dict[str, tuple[dict, bytes]]:
+        node = self.node
+        definition = resources.DEFINITIONS.get(rtype)
+        if definition is None:
+            if node.mode == "maintenance":
+                raise GRPCError(Status.PERMISSION_DENIED, f"resource type {rtype!r} is not supported")
+            raise GRPCError(Status.NOT_FOUND, f"resource type {rtype!r} is not registered")
+        if namespace not in resources.NAMESPACES:
+            raise GRPCError(Status.PERMISSION_DENIED, f"namespace {namespace!r} is not supported")
+        facts = resources.NodeFacts(
+            address=node.address,
+            talos_version=node.talos_version,
+            stage="maintenance" if node.mode == "maintenance" else "running",
+            ready=True,
+        )
+        return resources.specs(facts).get((namespace, rtype), {})
+
+    async def cosi_get(self, call: Call, request) -> state_pb2.GetResponse:
+        found = self._resources(request.namespace, request.type).get(request.id)
+        if found is None:
+            raise GRPCError(
+                Status.NOT_FOUND, f"resource {request.type}({request.namespace}/{request.id}@undefined) doesn't exist"
+            )
+        spec, proto = found
+        return state_pb2.GetResponse(
+            resource=resources.resource(request.namespace, request.type, request.id, spec, proto, self.node.booted_at)
+        )
+
+    async def cosi_list(self, call: Call, request) -> AsyncIterator[state_pb2.ListResponse]:
+        items = self._resources(request.namespace, request.type)
+        pattern = re.compile(request.options.id_query.regexp) if request.options.id_query.regexp else None
+        for rid in sorted(items):
+            if pattern is not None and not pattern.search(rid):
+                continue
+            if any(t.op != t.NOT_EXISTS for q in request.options.label_query for t in q.terms):
+                continue  # our resources carry no labels, so only NOT_EXISTS terms can match
+            spec, proto = items[rid]
+            yield state_pb2.ListResponse(
+                resource=resources.resource(request.namespace, request.type, rid, spec, proto, self.node.booted_at)
+            )

@@ -1,0 +1,195 @@
+"""State that emulated nodes of one cluster share: bootstrap, etcd membership, health probes.
+
+A cluster is identified by its key (machineconfig.cluster_key_of: cluster.id, else the OS CA).
+All nodes of one Lab share one registry, so a bootstrap on one control plane is seen by the
+others and EtcdMemberList agrees across them, as etcd would.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Iterable, Optional
+
+if TYPE_CHECKING:
+    from lab.talos_node.node import EmulatedNode
+
+
+@dataclass(frozen=True)
+class Member:
+    id: int
+    hostname: str
+    address: str
+
+    @property
+    def peer_urls(self) -> list[str]:
+        return [f"https://{self.address}:2380"]
+
+    @property
+    def client_urls(self) -> list[str]:
+        return [f"https://{self.address}:2379"]
+
+
+@dataclass(frozen=True)
+class HealthQuery:
+    """What a health probe is asked about: the nodes named in the HealthCheck request (or,
+    when it names none, the cluster's configured nodes)."""
+
+    cluster_key: str
+    control_plane_nodes: tuple[str, ...]
+    worker_nodes: tuple[str, ...]
+    force_endpoint: str = ""
+
+
+# A probe returns (check name, problem) pairs in order; problem None means the check passes.
+HealthProbe = Callable[[HealthQuery], Iterable[tuple[str, Optional[str]]]]
+
+
+class AlreadyBootstrapped(Exception):
+    pass
+
+
+@dataclass
+class ClusterState:
+    key: str
+    bootstrapped: bool = False
+    members: dict[int, Member] = field(default_factory=dict)
+
+
+class ClusterRegistry:
+    """Thread-safe: node handlers run on the lab's loop, tests read from their own thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._clusters: dict[str, ClusterState] = {}
+        self._probes: dict[str, HealthProbe] = {}
+        self._nodes: dict[str, EmulatedNode] = {}
+
+    # --- nodes --------------------------------------------------------------------------
+
+    def add_node(self, node: EmulatedNode) -> None:
+        with self._lock:
+            if node.address in self._nodes:
+                raise ValueError(f"an emulated node already uses {node.address}")
+            self._nodes[node.address] = node
+
+    def remove_node(self, node: EmulatedNode) -> None:
+        with self._lock:
+            self._nodes.pop(node.address, None)
+
+    def node(self, address_or_hostname: str) -> EmulatedNode | None:
+        with self._lock:
+            if address_or_hostname in self._nodes:
+                return self._nodes[address_or_hostname]
+            return next((n for n in self._nodes.values() if n.hostname == address_or_hostname), None)
+
+    def nodes_of(self, key: str) -> list[EmulatedNode]:
+        """Nodes currently holding a config of cluster `key` (up or rebooting)."""
+        with self._lock:
+            return [n for n in self._nodes.values() if n.cluster_key == key]
+
+    # --- bootstrap and etcd -------------------------------------------------------------
+
+    def state(self, key: str) -> ClusterState:
+        """A snapshot of the cluster (empty when it has no state yet)."""
+        with self._lock:
+            state = self._clusters.get(key, ClusterState(key))
+            return ClusterState(state.key, state.bootstrapped, dict(state.members))
+
+    def bootstrap(self, key: str, node: EmulatedNode) -> None:
+        """Start etcd on `node`; the other configured control planes of the cluster join it."""
+        with self._lock:
+            state = self._clusters.setdefault(key, ClusterState(key))
+            if state.bootstrapped:
+                raise AlreadyBootstrapped(key)
+            state.bootstrapped = True
+            self._join_locked(state, node)
+            for other in self.nodes_of(key):
+                if other is not node and other.is_control_plane and other.is_up:
+                    self._join_locked(state, other)
+
+    def join(self, key: str, node: EmulatedNode) -> None:
+        """A control plane booted with this cluster's config joins etcd once it is bootstrapped."""
+        with self._lock:
+            state = self._clusters.get(key)
+            if state and state.bootstrapped:
+                self._join_locked(state, node)
+
+    @staticmethod
+    def _join_locked(state: ClusterState, node: EmulatedNode) -> None:
+        if not any(m.address == node.address for m in state.members.values()):
+            member_id = secrets.randbits(63) | 1
+            state.members[member_id] = Member(member_id, node.hostname, node.address)
+
+    def leave(self, key: str, address: str) -> bool:
+        with self._lock:
+            state = self._clusters.get(key)
+            if not state:
+                return False
+            ids = [i for i, m in state.members.items() if m.address == address]
+            for i in ids:
+                del state.members[i]
+            return bool(ids)
+
+    def remove_member(self, key: str, member_id: int) -> bool:
+        with self._lock:
+            state = self._clusters.get(key)
+            return bool(state and state.members.pop(member_id, None))
+
+    def forget_if_empty(self, key: str) -> None:
+        """When no node holds the cluster's config any more, its etcd data is gone too."""
+        with self._lock:
+            if key in self._clusters and not self.nodes_of(key):
+                del self._clusters[key]
+
+    # --- health -------------------------------------------------------------------------
+
+    def set_health_probe(self, key: str, probe: HealthProbe | None) -> None:
+        """Add checks (e.g. Kubernetes readiness from the lab's control plane) that HealthCheck
+        runs after the emulator's own Talos-level checks for cluster `key`; None removes them."""
+        with self._lock:
+            if probe is None:
+                self._probes.pop(key, None)
+            else:
+                self._probes[key] = probe
+
+    def health(self, query: HealthQuery) -> list[tuple[str, str | None]]:
+        """Talos-level checks, then the registered probe's; blocking (run it off the loop)."""
+        checks = self._talos_checks(query)
+        with self._lock:
+            probe = self._probes.get(query.cluster_key)
+        if probe is not None:
+            checks += list(probe(query))
+        return checks
+
+    def _talos_checks(self, query: HealthQuery) -> list[tuple[str, str | None]]:
+        state = self.state(query.cluster_key)
+        expected = (*query.control_plane_nodes, *query.worker_nodes)
+
+        def problems(nodes: Iterable[str], test: Callable[[EmulatedNode | None], str | None]) -> str | None:
+            found = [f"{a}: {p}" for a in nodes if (p := test(self.node(a)))]
+            return "; ".join(found) or None
+
+        def apid(node: EmulatedNode | None) -> str | None:
+            if node is None or not node.is_up:
+                return "apid is not reachable"
+            if node.cluster_key != query.cluster_key:
+                return "node is not a member of this cluster"
+            return None
+
+        def booted(node: EmulatedNode | None) -> str | None:
+            return None if node is not None and node.mode == "configured" else "boot sequence has not finished"
+
+        member_addresses = {m.address for m in state.members.values()}
+        missing = sorted(set(query.control_plane_nodes) - member_addresses)
+        extra = sorted(member_addresses - set(query.control_plane_nodes))
+        members_problem = None
+        if missing or extra:
+            members_problem = f"etcd members {sorted(member_addresses)} do not match control plane nodes {sorted(query.control_plane_nodes)}"
+        return [
+            ("etcd to be healthy", None if state.bootstrapped else "etcd is not bootstrapped yet"),
+            ("etcd members to be control plane nodes", members_problem),
+            ("apid to be ready", problems(expected, apid)),
+            ("all nodes to finish boot sequence", problems(expected, booted)),
+        ]

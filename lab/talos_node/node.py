@@ -1,0 +1,285 @@
+"""One emulated Talos machine: its lifecycle, its gRPC server, its fault knobs and counters.
+
+Lifecycle, as a real node: maintenance → (apply config, reboot) → configured → (reset,
+reboot) → maintenance. A reboot drops every connection, stops listening for `reboot_delay`
+seconds and comes back with a new identity (a fresh maintenance certificate, or a server
+certificate from the applied OS CA).
+
+The coroutines run on the owning Lab's event loop; the public methods are synchronous and
+thread-safe so tests can call them directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import threading
+import time
+import weakref
+from collections import Counter
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from google.protobuf.timestamp_pb2 import Timestamp
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+from grpclib.server import Server
+
+from lab.talos_node import tls
+from lab.talos_node.cluster import ClusterRegistry
+from lab.talos_node.machineconfig import AppliedConfig
+
+APID_PORT = 50000
+DEFAULT_TALOS_VERSION = "v1.13.0"
+_LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
+
+
+def check_loopback(address: str) -> str:
+    """The lab never binds anything outside 127.0.0.0/8."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        raise ValueError(f"{address!r} is not an IP address; the Talos emulator binds 127.0.0.0/8 only") from None
+    if ip not in _LOOPBACK:
+        raise ValueError(f"{address} is outside 127.0.0.0/8; the Talos emulator binds loopback addresses only")
+    return str(ip)
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Knobs a test turns to make the node misbehave."""
+
+    latency: float = 0.0  # seconds added before every call is handled
+    hang: bool = False  # accept calls but never answer them
+    refuse: bool = False  # stop listening (connection refused) and drop open connections
+    reboot_delay: float = 1.0  # seconds a reboot keeps the node off the network
+    fail_next: int = 0  # the next N calls fail with fail_status
+    fail_status: Status = Status.UNAVAILABLE
+    fail_message: str = "injected failure"
+
+
+class _Server(Server):
+    """grpclib Server that can drop its open connections, as a rebooting machine does.
+    (`_protocol_factory` is grpclib's per-connection hook; grpclib is pinned.)"""
+
+    def __init__(self, handlers) -> None:
+        super().__init__(handlers)
+        self.protocols: weakref.WeakSet = weakref.WeakSet()
+
+    def _protocol_factory(self):  # type: ignore[override]
+        protocol = super()._protocol_factory()
+        self.protocols.add(protocol)
+        return protocol
+
+    def drop_connections(self) -> None:
+        for protocol in list(self.protocols):
+            connection = getattr(protocol, "connection", None)
+            if connection is not None:
+                connection.close()
+
+
+class EmulatedNode:
+    def __init__(
+        self,
+        address: str,
+        *,
+        registry: ClusterRegistry,
+        loop: asyncio.AbstractEventLoop,
+        reboot_delay: float = 1.0,
+        talos_version: str = DEFAULT_TALOS_VERSION,
+        port: int = APID_PORT,
+    ) -> None:
+        from lab.talos_node.api import NodeApi  # the API needs the node; the node owns the API
+
+        self.address = check_loopback(address)
+        self.port = port
+        self.registry = registry
+        self.talos_version = talos_version
+        self.mode = "off"  # off | maintenance | configured | rebooting
+        self.config: AppliedConfig | None = None
+        self.staged: AppliedConfig | None = None
+        self.staged_version: str | None = None
+        self.booted_at = Timestamp()
+        self.api = NodeApi(self)
+        self._loop = loop
+        self._faults = Faults(reboot_delay=reboot_delay)
+        self._lock = threading.Lock()
+        self._calls: Counter[str] = Counter()
+        self._server: _Server | None = None
+        self._ssl = None  # this boot's server TLS context
+        self._fingerprint: str | None = None
+        self._power = asyncio.Lock()
+        self._tasks: set[asyncio.Task] = set()
+
+    def __repr__(self) -> str:
+        return f"EmulatedNode({self.address}, {self.mode})"
+
+    # --- what the API and the cluster registry read ------------------------------------
+
+    @property
+    def hostname(self) -> str:
+        if self.config and self.config.hostname:
+            return self.config.hostname
+        return "talos-" + self.address.replace(".", "-")
+
+    @property
+    def cluster_key(self) -> str | None:
+        return self.config.cluster_key if self.config else None
+
+    @property
+    def is_control_plane(self) -> bool:
+        return bool(self.config and self.config.is_control_plane)
+
+    @property
+    def is_up(self) -> bool:
+        return self.mode in ("maintenance", "configured") and self._server is not None
+
+    @property
+    def fingerprint(self) -> str | None:
+        """SPKI SHA-256 of the current maintenance certificate (None when configured)."""
+        return self._fingerprint if self.mode == "maintenance" else None
+
+    @property
+    def faults(self) -> Faults:
+        return self._faults
+
+    # --- thread-safe controls for tests -------------------------------------------------
+
+    def _run(self, coro, timeout: float = 30.0):
+        if self._loop.is_closed():
+            raise RuntimeError(f"the lab that owns {self.address} has stopped")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def set_faults(self, **changes) -> Faults:
+        """Change knobs (see Faults); `refuse` takes effect before this returns."""
+        with self._lock:
+            self._faults = replace(self._faults, **changes)
+        if "refuse" in changes:
+            self._run(self._sync_listening())
+        return self._faults
+
+    def fail_next(self, count: int, status: Status = Status.UNAVAILABLE, message: str = "injected failure") -> None:
+        self.set_faults(fail_next=count, fail_status=status, fail_message=message)
+
+    def clear_faults(self) -> None:
+        self.set_faults(latency=0.0, hang=False, refuse=False, fail_next=0)
+
+    @property
+    def calls(self) -> dict[str, int]:
+        """Calls received per RPC method name (e.g. "ApplyConfiguration", "Get")."""
+        with self._lock:
+            return dict(self._calls)
+
+    def reset_calls(self) -> None:
+        with self._lock:
+            self._calls.clear()
+
+    def reboot(self, timeout: float = 30.0) -> None:
+        """Power-cycle the node and wait until it is back (a new maintenance identity, too)."""
+        self._run(self._reboot(None), timeout)
+
+    def power_on(self, timeout: float = 30.0) -> None:
+        """Boot a node that a reset with reboot=False powered off."""
+        self._run(self._power_on(), timeout)
+
+    def wait_for(self, mode: str, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.mode != mode or (mode in ("maintenance", "configured") and not self.is_up):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"emulated node {self.address} is {self.mode}, not {mode}, after {timeout:g} s")
+            time.sleep(0.02)
+
+    # --- used by the RPC layer (loop thread) --------------------------------------------
+
+    def count(self, method: str) -> None:
+        with self._lock:
+            self._calls[method] += 1
+
+    async def inject_faults(self) -> None:
+        if self._faults.latency:
+            await asyncio.sleep(self._faults.latency)
+        while self._faults.hang:
+            await asyncio.sleep(0.05)
+        with self._lock:
+            faults = self._faults
+            if faults.fail_next <= 0:
+                return
+            self._faults = replace(faults, fail_next=faults.fail_next - 1)
+        raise GRPCError(faults.fail_status, faults.fail_message)
+
+    def schedule_reboot(self, transition: Callable[[], None] | None, *, power_off: bool = False) -> None:
+        """Reboot after the current reply has gone out; `transition` runs while the node is
+        down (new config, forgotten config, new version)."""
+        task = self._loop.create_task(self._reboot(transition, power_off=power_off))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # --- lifecycle (loop thread) --------------------------------------------------------
+
+    async def start(self) -> None:
+        async with self._power:
+            await self._boot()
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        async with self._power:
+            await self._halt()
+            self.mode = "off"
+        self.registry.remove_node(self)
+
+    async def _power_on(self) -> None:
+        async with self._power:
+            if self.mode == "off":
+                await self._boot()
+
+    async def _reboot(self, transition: Callable[[], None] | None, *, power_off: bool = False) -> None:
+        await asyncio.sleep(0)  # let the reply that asked for the reboot leave first
+        async with self._power:
+            self.mode = "rebooting"
+            await self._halt()
+            if transition is not None:
+                transition()
+            if self.staged is not None:
+                self.config, self.staged = self.staged, None
+            if self.staged_version is not None:
+                self.talos_version, self.staged_version = self.staged_version, None
+            if power_off:
+                self.mode = "off"
+                return
+            await asyncio.sleep(self._faults.reboot_delay)
+            await self._boot()
+
+    async def _boot(self) -> None:
+        self.booted_at.GetCurrentTime()
+        if self.config is not None:
+            self._ssl, self._fingerprint = tls.configured_context(self.address, self.hostname, self.config), None
+        else:
+            self._ssl, self._fingerprint = tls.maintenance_context(self.address)
+        self.mode = "configured" if self.config else "maintenance"
+        if self.config and self.config.is_control_plane:
+            self.registry.join(self.config.cluster_key, self)
+        await self._sync_listening()
+
+    async def _sync_listening(self) -> None:
+        """Listen when the node is up and not refusing; otherwise stop and drop connections."""
+        want = self.mode in ("maintenance", "configured") and not self._faults.refuse
+        if want and self._server is None:
+            from lab.talos_node.rpc import service_for  # rpc dispatches into nodes
+
+            server = _Server([service_for(self)])
+            await server.start(self.address, self.port, ssl=self._ssl, reuse_address=True)
+            self._server = server
+        elif not want:
+            await self._halt()
+
+    async def _halt(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.close()
+        server.drop_connections()
+        try:
+            await asyncio.wait_for(server.wait_closed(), 5.0)
+        except asyncio.TimeoutError:
+            pass  # a handler ignoring cancellation must not wedge the reboot

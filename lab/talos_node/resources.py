@@ -1,0 +1,209 @@
+"""The COSI resources an emulated node serves over cosi.resource.State.
+
+Enough for discovery the way talosctl does it: resource definitions and namespaces (`meta`),
+the Talos version and machine status (`runtime`), links and addresses (`network`). Specs are
+served as YAML (`yaml_spec`), as Talos does; the meta specs also carry their protobuf form.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass, field
+
+import yaml
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from protos.gen.v1alpha1 import meta_pb2, resource_pb2
+
+
+@dataclass(frozen=True)
+class Definition:
+    type: str
+    display: str
+    namespace: str
+    aliases: tuple[str, ...] = ()
+    sensitive: bool = False
+
+    @property
+    def id(self) -> str:
+        return self.type.lower()
+
+    def all_aliases(self) -> list[str]:
+        """Our take on COSI's automatic aliases: display name, plural, initials, dotted prefixes."""
+        plural, *rest = self.type.split(".")
+        initials = "".join(re.findall(r"[A-Z]", self.display)).lower()
+        prefixes = [".".join([plural, *rest[:i]]).lower() for i in range(1, len(rest))]
+        seen: list[str] = []
+        for alias in (self.display.lower(), plural.lower(), initials, *prefixes, *self.aliases):
+            if alias and alias not in seen:
+                seen.append(alias)
+        return seen
+
+    def spec(self) -> dict:
+        return {
+            "type": self.type,
+            "displayType": self.display,
+            "defaultNamespace": self.namespace,
+            "aliases": list(self.aliases),
+            "allAliases": self.all_aliases(),
+            "printColumns": [],
+            "sensitivity": "sensitive" if self.sensitive else "non-sensitive",
+        }
+
+    def proto(self) -> bytes:
+        return meta_pb2.ResourceDefinitionSpec(
+            resource_type=self.type,
+            display_type=self.display,
+            default_namespace=self.namespace,
+            aliases=list(self.aliases),
+            all_aliases=self.all_aliases(),
+            sensitivity=1 if self.sensitive else 0,
+        ).SerializeToString()
+
+
+RD = "ResourceDefinitions.meta.cosi.dev"
+NAMESPACE = "Namespaces.meta.cosi.dev"
+VERSION = "Versions.runtime.talos.dev"
+MACHINE_STATUS = "MachineStatuses.runtime.talos.dev"
+LINK = "LinkStatuses.net.talos.dev"
+ADDRESS = "AddressStatuses.net.talos.dev"
+
+DEFINITIONS = {
+    d.type: d
+    for d in (
+        Definition(RD, "ResourceDefinition", "meta", ("resourcedefinitions", "api-resources")),
+        Definition(NAMESPACE, "Namespace", "meta", ("namespaces", "ns")),
+        Definition(VERSION, "Version", "runtime", ("version", "versions")),
+        Definition(MACHINE_STATUS, "MachineStatus", "runtime", ("machinestatus", "machinestatuses")),
+        Definition(LINK, "LinkStatus", "network", ("link", "links")),
+        Definition(ADDRESS, "AddressStatus", "network", ("address", "addresses")),
+    )
+}
+NAMESPACES = {
+    "meta": "Metadata namespace which contains resource definitions and namespaces.",
+    "runtime": "Talos runtime resources.",
+    "network": "Networking resources.",
+}
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What the resources describe: one emulated machine."""
+
+    address: str
+    talos_version: str
+    stage: str  # maintenance, booting, running
+    ready: bool
+    extra: dict = field(default_factory=dict)
+
+
+def _mac(address: str) -> str:
+    """A stable, locally administered MAC derived from the node's address."""
+    raw = ipaddress.ip_address(address).packed[-4:]
+    return ":".join(f"{b:02x}" for b in (0x02, 0x00, *raw))
+
+
+def _links(facts: NodeFacts) -> dict[str, dict]:
+    return {
+        "eth0": {
+            "index": 2,
+            "type": "ether",
+            "linkIndex": 0,
+            "flags": "UP,BROADCAST,RUNNING,MULTICAST,LOWER_UP",
+            "hardwareAddr": _mac(facts.address),
+            "permanentAddr": _mac(facts.address),
+            "broadcastAddr": "ff:ff:ff:ff:ff:ff",
+            "mtu": 1500,
+            "queueDisc": "fq_codel",
+            "operationalState": "up",
+            "kind": "",
+            "slaveKind": "",
+            "busPath": "0000:00:03.0",
+            "driver": "virtio_net",
+            "linkState": True,
+            "speedMbit": 1000,
+            "port": "Other",
+            "duplex": "Full",
+        },
+        "lo": {
+            "index": 1,
+            "type": "loopback",
+            "linkIndex": 0,
+            "flags": "UP,LOOPBACK,RUNNING,LOWER_UP",
+            "hardwareAddr": "00:00:00:00:00:00",
+            "broadcastAddr": "00:00:00:00:00:00",
+            "mtu": 65536,
+            "queueDisc": "noqueue",
+            "operationalState": "unknown",
+            "kind": "",
+            "slaveKind": "",
+            "linkState": False,
+        },
+    }
+
+
+def _addresses(facts: NodeFacts) -> dict[str, dict]:
+    def entry(link: str, index: int, cidr: str, scope: str) -> tuple[str, dict]:
+        iface = ipaddress.ip_interface(cidr)
+        family = "inet4" if iface.version == 4 else "inet6"
+        return f"{link}/{cidr}", {
+            "address": cidr,
+            "local": str(iface.ip),
+            "linkIndex": index,
+            "linkName": link,
+            "family": family,
+            "scope": scope,
+            "flags": "permanent",
+            "priority": 1024,
+        }
+
+    return dict(
+        [
+            entry("eth0", 2, f"{facts.address}/8", "global"),
+            entry("lo", 1, "127.0.0.1/8", "host"),
+            entry("lo", 1, "::1/128", "host"),
+        ]
+    )
+
+
+def specs(facts: NodeFacts) -> dict[tuple[str, str], dict[str, tuple[dict, bytes]]]:
+    """(namespace, type) -> {id: (yaml spec, proto spec)} for everything the node serves."""
+    out: dict[tuple[str, str], dict[str, tuple[dict, bytes]]] = {
+        ("meta", RD): {d.id: (d.spec(), d.proto()) for d in DEFINITIONS.values()},
+        ("meta", NAMESPACE): {
+            name: ({"description": text}, meta_pb2.NamespaceSpec(description=text).SerializeToString())
+            for name, text in NAMESPACES.items()
+        },
+        ("runtime", VERSION): {"version": ({"version": facts.talos_version}, b"")},
+        ("runtime", MACHINE_STATUS): {
+            "machine": ({"stage": facts.stage, "status": {"ready": facts.ready, "unmetConditions": []}}, b"")
+        },
+        ("network", LINK): {name: (spec, b"") for name, spec in _links(facts).items()},
+        ("network", ADDRESS): {name: (spec, b"") for name, spec in _addresses(facts).items()},
+    }
+    return out
+
+
+_OWNERS = {
+    VERSION: "",
+    MACHINE_STATUS: "runtime.MachineStatusController",
+    LINK: "network.LinkStatusController",
+    ADDRESS: "network.AddressStatusController",
+}
+
+
+def resource(namespace: str, rtype: str, rid: str, spec: dict, proto: bytes, booted: Timestamp) -> resource_pb2.Resource:
+    return resource_pb2.Resource(
+        metadata=resource_pb2.Metadata(
+            namespace=namespace,
+            type=rtype,
+            id=rid,
+            version="1",
+            owner=_OWNERS.get(rtype, ""),
+            phase="running",
+            created=booted,
+            updated=booted,
+        ),
+        spec=resource_pb2.Spec(proto_spec=proto, yaml_spec=yaml.safe_dump(spec, sort_keys=False)),
+    )

@@ -1,0 +1,251 @@
+"""The emulated node's gRPC surface: which method is served in which mode to which role, how
+`node`/`nodes` metadata is routed, and the glue to grpclib.
+
+Admission follows apid and machined (facts §2, §7, §8):
+- every call is counted and meets the node's fault knobs first;
+- maintenance mode gives every client the os:reader role; Version, Upgrade and Reset answer
+  Unimplemented "API is not implemented in maintenance mode", the other configured-only
+  methods "method X not implemented", ClusterService "unknown service";
+- configured mode takes roles from the client certificate's Organization values, requires its
+  ExtKeyUsage to be exactly ClientAuth, and answers PermissionDenied "not authorized" to a
+  role the method does not allow;
+- `node` proxies one-to-one and `nodes` fans out (unary replies aggregated, each message's
+  metadata.hostname set, a failed target reported in metadata.error), both only to nodes
+  of the same Lab; COSI refuses `nodes`; maintenance mode does no forwarding at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, AsyncIterator
+
+import grpclib.const
+from google.protobuf import empty_pb2
+from grpclib.const import Cardinality, Status
+from grpclib.exceptions import GRPCError
+
+from lab.talos_node import tls
+from lab.talos_node.api import Call
+from protos.gen.cluster import cluster_pb2
+from protos.gen.common import common_pb2
+from protos.gen.machine import machine_pb2
+from protos.gen.v1alpha1 import state_pb2
+
+if TYPE_CHECKING:
+    from lab.talos_node.node import EmulatedNode
+
+ADMIN = frozenset({"os:admin"})
+READ = frozenset({"os:admin", "os:operator", "os:reader"})
+MAINTENANCE_ROLES = frozenset({"os:reader"})
+
+# How maintenance mode treats a method.
+SERVE, ADMIN_ONLY, NOT_IMPLEMENTED, UNKNOWN_SERVICE = "serve", "admin-only", "not-implemented", "unknown-service"
+
+
+@dataclass(frozen=True)
+class Method:
+    service: str
+    name: str
+    handler: str  # NodeApi attribute
+    request: type
+    reply: type
+    roles: frozenset[str]
+    maintenance: str
+    streaming: bool = False
+
+    @property
+    def path(self) -> str:
+        return f"/{self.service}/{self.name}"
+
+    @property
+    def cosi(self) -> bool:
+        return self.service.startswith("cosi.")
+
+
+_M = machine_pb2
+METHODS = [
+    Method("machine.MachineService", "ApplyConfiguration", "apply_configuration", _M.ApplyConfigurationRequest, _M.ApplyConfigurationResponse, ADMIN, SERVE),
+    Method("machine.MachineService", "Bootstrap", "bootstrap", _M.BootstrapRequest, _M.BootstrapResponse, ADMIN, NOT_IMPLEMENTED),
+    Method("machine.MachineService", "EtcdMemberList", "etcd_member_list", _M.EtcdMemberListRequest, _M.EtcdMemberListResponse, READ | {"os:etcd:backup"}, NOT_IMPLEMENTED),
+    Method("machine.MachineService", "EtcdRemoveMemberByID", "etcd_remove_member_by_id", _M.EtcdRemoveMemberByIDRequest, _M.EtcdRemoveMemberByIDResponse, ADMIN, NOT_IMPLEMENTED),
+    Method("machine.MachineService", "EtcdLeaveCluster", "etcd_leave_cluster", _M.EtcdLeaveClusterRequest, _M.EtcdLeaveClusterResponse, ADMIN, NOT_IMPLEMENTED),
+    Method("machine.MachineService", "Kubeconfig", "kubeconfig", empty_pb2.Empty, common_pb2.Data, ADMIN, NOT_IMPLEMENTED, streaming=True),
+    Method("machine.MachineService", "Reset", "reset", _M.ResetRequest, _M.ResetResponse, ADMIN, ADMIN_ONLY),
+    Method("machine.MachineService", "ServiceList", "service_list", empty_pb2.Empty, _M.ServiceListResponse, READ, NOT_IMPLEMENTED),
+    Method("machine.MachineService", "Upgrade", "upgrade", _M.UpgradeRequest, _M.UpgradeResponse, ADMIN, ADMIN_ONLY),
+    Method("machine.MachineService", "Version", "version", empty_pb2.Empty, _M.VersionResponse, READ, ADMIN_ONLY),
+    Method("cluster.ClusterService", "HealthCheck", "health_check", cluster_pb2.HealthCheckRequest, cluster_pb2.HealthCheckProgress, READ, UNKNOWN_SERVICE, streaming=True),
+    Method("cosi.resource.State", "Get", "cosi_get", state_pb2.GetRequest, state_pb2.GetResponse, READ, SERVE),
+    Method("cosi.resource.State", "List", "cosi_list", state_pb2.ListRequest, state_pb2.ListResponse, READ, SERVE, streaming=True),
+]
+
+
+def _peer_certificate(stream: Any) -> bytes | None:
+    """DER of the verified client certificate. grpclib's Peer.cert() returns only the parsed
+    dict, which lacks ExtKeyUsage, so read the TLS object behind it (grpclib is pinned)."""
+    ssl_object = stream.peer._transport.get_extra_info("ssl_object")
+    return ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+
+
+def _roles(node: EmulatedNode, method: Method, peer_der: bytes | None) -> frozenset[str]:
+    """Who the caller is and whether this mode lets them make the call."""
+    if node.mode == "maintenance":
+        if method.maintenance == UNKNOWN_SERVICE:
+            raise GRPCError(Status.UNIMPLEMENTED, f"unknown service {method.service}")
+        if method.maintenance == NOT_IMPLEMENTED:
+            raise GRPCError(Status.UNIMPLEMENTED, f"method {method.name} not implemented")
+        if method.maintenance == ADMIN_ONLY:  # admin would need SideroLink, which the lab lacks
+            raise GRPCError(Status.UNIMPLEMENTED, "API is not implemented in maintenance mode")
+        return MAINTENANCE_ROLES
+    if peer_der is None:
+        raise GRPCError(Status.UNAUTHENTICATED, "no client certificate")
+    identity = tls.client_identity(peer_der)
+    if not identity.client_auth_only or not (identity.roles & method.roles):
+        raise GRPCError(Status.PERMISSION_DENIED, "not authorized")
+    return identity.roles
+
+
+def _targets(node: EmulatedNode, method: Method, metadata: Any) -> tuple[list[str] | None, bool]:
+    """(targets, fan_out) from the request metadata; (None, False) means handle locally."""
+    nodes = [v for value in metadata.getall("nodes", []) for v in str(value).split(",") if v]
+    single = metadata.getall("node", [])
+    if len(single) > 1:
+        raise GRPCError(Status.INVALID_ARGUMENT, "node metadata must be a single value")
+    if nodes and method.cosi:
+        raise GRPCError(Status.INVALID_ARGUMENT, f"one-to-many proxying is not supported for {method.path}")
+    targets = nodes or list(single)
+    if not targets:
+        return None, False
+    local = (node.address, node.hostname)
+    if node.mode == "maintenance" and any(t not in local for t in targets):
+        raise GRPCError(Status.PERMISSION_DENIED, "no request forwarding")
+    return targets, bool(nodes)
+
+
+def _resolve(node: EmulatedNode, target: str) -> EmulatedNode:
+    """The node a proxied call reaches: itself, or another node of the same Lab and cluster."""
+    if target in (node.address, node.hostname):
+        return node
+    other = node.registry.node(target)
+    if other is None or not other.is_up:
+        raise GRPCError(
+            Status.UNAVAILABLE,
+            f'connection error: desc = "transport: Error while dialing: dial tcp {target}:50000: connect: connection refused"',
+        )
+    if other.mode != "configured" or other.cluster_key != node.cluster_key:
+        raise GRPCError(
+            Status.UNAVAILABLE,
+            f'connection error: desc = "transport: authentication handshake failed: {target} does not trust this cluster"',
+        )
+    return other
+
+
+async def _admit_forwarded(target: EmulatedNode, origin: EmulatedNode, method: Method) -> None:
+    """What the proxied-to node does with a call apid forwards to it."""
+    if target is origin:
+        return
+    target.count(method.name)
+    await target.inject_faults()
+
+
+def _failed(method: Method, target: str, error: GRPCError) -> Any:
+    meta = common_pb2.Metadata(
+        hostname=target,
+        error=error.message or error.status.name,
+        status=common_pb2.RpcStatus(code=error.status.value, message=error.message or ""),
+    )
+    if method.streaming:
+        return method.reply(metadata=meta)
+    reply = method.reply()
+    reply.messages.add(metadata=meta)
+    return reply
+
+
+async def unary(node: EmulatedNode, method: Method, request: Any, metadata: Any, peer_der: bytes | None, call: Call) -> Any:
+    node.count(method.name)
+    await node.inject_faults()
+    call.roles = _roles(node, method, peer_der)
+    targets, fan_out = _targets(node, method, metadata)
+    if targets is None:
+        return await getattr(node.api, method.handler)(call, request)
+    if not fan_out:
+        target = _resolve(node, targets[0])
+        await _admit_forwarded(target, node, method)
+        return await getattr(target.api, method.handler)(call, request)
+    reply = method.reply()
+    for name in targets:
+        try:
+            target = _resolve(node, name)
+            await _admit_forwarded(target, node, method)
+            part = await getattr(target.api, method.handler)(call, request)
+        except GRPCError as error:
+            part = _failed(method, name, error)
+        for message in part.messages:
+            message.metadata.hostname = name
+            reply.messages.append(message)
+    return reply
+
+
+async def stream(
+    node: EmulatedNode, method: Method, request: Any, metadata: Any, peer_der: bytes | None, call: Call
+) -> AsyncIterator[Any]:
+    node.count(method.name)
+    await node.inject_faults()
+    call.roles = _roles(node, method, peer_der)
+    targets, fan_out = _targets(node, method, metadata)
+    if targets is None or not fan_out:
+        target = node if targets is None else _resolve(node, targets[0])
+        await _admit_forwarded(target, node, method)
+        async for message in getattr(target.api, method.handler)(call, request):
+            yield message
+        return
+    for name in targets:
+        try:
+            target = _resolve(node, name)
+            await _admit_forwarded(target, node, method)
+            async for message in getattr(target.api, method.handler)(call, request):
+                message.metadata.hostname = name
+                yield message
+        except GRPCError as error:
+            yield _failed(method, name, error)
+
+
+class _NodeService:
+    """grpclib handler object serving every method of METHODS for one node."""
+
+    def __init__(self, node: EmulatedNode) -> None:
+        self._node = node
+
+    def __mapping__(self) -> dict[str, grpclib.const.Handler]:
+        return {
+            m.path: grpclib.const.Handler(
+                self._adapter(m),
+                Cardinality.UNARY_STREAM if m.streaming else Cardinality.UNARY_UNARY,
+                m.request,
+                m.reply,
+            )
+            for m in METHODS
+        }
+
+    def _adapter(self, method: Method):
+        node = self._node
+
+        async def handle(grpc_stream: Any) -> None:
+            request = await grpc_stream.recv_message()
+            call = Call(roles=frozenset())
+            args = (node, method, request, grpc_stream.metadata, _peer_certificate(grpc_stream), call)
+            if method.streaming:
+                async for message in stream(*args):
+                    await grpc_stream.send_message(message)
+            else:
+                await grpc_stream.send_message(await unary(*args))
+            # Finish the reply on the wire before anything it triggers (a reboot) happens.
+            await grpc_stream.send_trailing_metadata()
+            for action in call.after_reply:
+                action()
+
+        return handle
+
+
+def service_for(node: EmulatedNode) -> _NodeService:
+    return _NodeService(node)

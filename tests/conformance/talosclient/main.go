@@ -1,0 +1,242 @@
+// Command talosclient drives a Kontinuum Talos node emulator with Talos's own
+// Go client (pkg/machinery/client), the way talosctl would, so the emulator's
+// wire behaviour is checked against the real implementation rather than ours.
+//
+// It exits non-zero, naming the failed step, on the first deviation.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/client"
+)
+
+const callTimeout = 10 * time.Second
+
+func main() {
+	endpoint := flag.String("endpoint", "", "emulated node address (dialled at :50000)")
+	configPath := flag.String("config", "", "machine config to apply in maintenance mode")
+	talosconfigPath := flag.String("talosconfig", "", "talosconfig for the configured node")
+	waitFor := flag.Duration("wait", 30*time.Second, "bound for the node to come up configured or back in maintenance")
+	flag.Parse()
+
+	if *endpoint == "" || *configPath == "" || *talosconfigPath == "" {
+		fail("usage", errors.New("-endpoint, -config and -talosconfig are required"))
+	}
+
+	if err := run(*endpoint, *configPath, *talosconfigPath, *waitFor); err != nil {
+		fail("conformance", err)
+	}
+
+	fmt.Println("OK")
+}
+
+func fail(step string, err error) {
+	fmt.Fprintf(os.Stderr, "FAIL %s: %v\n", step, err)
+	os.Exit(1)
+}
+
+func step(name string, fn func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+
+	started := time.Now()
+
+	if err := fn(ctx); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+
+	fmt.Printf("ok %-32s %s\n", name, time.Since(started).Round(time.Millisecond))
+
+	return nil
+}
+
+// poll retries fn until it succeeds or the bound passes: the emulator, like a
+// real node, needs a reboot before it answers in its new mode.
+func poll(name string, bound time.Duration, fn func(ctx context.Context) error) error {
+	deadline := time.Now().Add(bound)
+
+	for {
+		err := step(name, fn)
+		if err == nil {
+			return nil
+		}
+
+		if time.Now().After(deadline) {
+			return fmt.Errorf("gave up after %s: %w", bound, err)
+		}
+
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func maintenanceClient(endpoint string) (*client.Client, error) {
+	// The same options talosctl --insecure uses: server-only TLS, no verification.
+	return client.New(context.Background(),
+		client.WithEndpoints(endpoint),
+		client.WithTLSConfig(&tls.Config{InsecureSkipVerify: true}), //nolint:gosec
+	)
+}
+
+func run(endpoint, configPath, talosconfigPath string, waitFor time.Duration) error {
+	configData, err := os.ReadFile(configPath)
+	if err != nil {
+		return err
+	}
+
+	insecure, err := maintenanceClient(endpoint)
+	if err != nil {
+		return err
+	}
+	defer insecure.Close() //nolint:errcheck
+
+	if err = step("maintenance version is unimplemented", func(ctx context.Context) error {
+		_, err := insecure.Version(ctx)
+		if status.Code(err) != codes.Unimplemented {
+			return fmt.Errorf("want Unimplemented, got %v", err)
+		}
+
+		return nil
+	}); err != nil {
+		return err
+	}
+
+	if err = step("maintenance no-reboot is refused", func(ctx context.Context) error {
+		_, err := insecure.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{
+			Data: configData,
+			Mode: machine.ApplyConfigurationRequest_NO_REBOOT,
+		})
+		if status.Code(err) != codes.Unimplemented {
+			return fmt.Errorf("want Unimplemented, got %v", err)
+		}
+
+		return nil
+	}); err != nil {
+		return err
+	}
+
+	if err = step("maintenance apply-config", func(ctx context.Context) error {
+		_, err := insecure.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{
+			Data: configData,
+			Mode: machine.ApplyConfigurationRequest_AUTO,
+		})
+
+		return err
+	}); err != nil {
+		return err
+	}
+
+	c, err := client.New(context.Background(), client.WithConfigFromFile(talosconfigPath))
+	if err != nil {
+		return err
+	}
+	defer c.Close() //nolint:errcheck
+
+	if err = poll("version (mTLS)", waitFor, func(ctx context.Context) error {
+		resp, err := c.Version(client.WithNodes(ctx, endpoint))
+		if err != nil {
+			return err
+		}
+
+		if len(resp.Messages) != 1 || resp.Messages[0].Version.GetTag() == "" {
+			return fmt.Errorf("unexpected reply %v", resp)
+		}
+
+		if resp.Messages[0].Metadata.GetHostname() != endpoint {
+			return fmt.Errorf("metadata.hostname %q, want %q", resp.Messages[0].Metadata.GetHostname(), endpoint)
+		}
+
+		fmt.Printf("   version %s\n", resp.Messages[0].Version.Tag)
+
+		return nil
+	}); err != nil {
+		return err
+	}
+
+	if err = step("bootstrap", func(ctx context.Context) error {
+		return c.Bootstrap(client.WithNode(ctx, endpoint), &machine.BootstrapRequest{})
+	}); err != nil {
+		return err
+	}
+
+	if err = step("second bootstrap is refused", func(ctx context.Context) error {
+		// Talos: AlreadyExists "etcd data directory is not empty".
+		err := c.Bootstrap(client.WithNode(ctx, endpoint), &machine.BootstrapRequest{})
+		if status.Code(err) != codes.AlreadyExists {
+			return fmt.Errorf("want AlreadyExists, got %v", err)
+		}
+
+		return nil
+	}); err != nil {
+		return err
+	}
+
+	if err = step("kubeconfig", func(ctx context.Context) error {
+		kubeconfig, err := c.Kubeconfig(client.WithNode(ctx, endpoint))
+		if err != nil {
+			return err
+		}
+
+		for _, want := range []string{"apiVersion: v1", "kind: Config", "client-certificate-data", "server: https://"} {
+			if !strings.Contains(string(kubeconfig), want) {
+				return fmt.Errorf("kubeconfig lacks %q", want)
+			}
+		}
+
+		return nil
+	}); err != nil {
+		return err
+	}
+
+	if err = step("etcd member list", func(ctx context.Context) error {
+		resp, err := c.EtcdMemberList(client.WithNodes(ctx, endpoint), &machine.EtcdMemberListRequest{})
+		if err != nil {
+			return err
+		}
+
+		if len(resp.Messages) != 1 || len(resp.Messages[0].Members) != 1 {
+			return fmt.Errorf("want one member, got %v", resp)
+		}
+
+		m := resp.Messages[0].Members[0]
+		if m.Id == 0 || m.Hostname == "" || len(m.PeerUrls) == 0 {
+			return fmt.Errorf("incomplete member %v", m)
+		}
+
+		return nil
+	}); err != nil {
+		return err
+	}
+
+	if err = step("reset", func(ctx context.Context) error {
+		return c.Reset(client.WithNodes(ctx, endpoint), false, true)
+	}); err != nil {
+		return err
+	}
+
+	return poll("back in maintenance", waitFor, func(ctx context.Context) error {
+		again, err := maintenanceClient(endpoint)
+		if err != nil {
+			return err
+		}
+		defer again.Close() //nolint:errcheck
+
+		_, err = again.Version(ctx)
+		if status.Code(err) != codes.Unimplemented {
+			return fmt.Errorf("want Unimplemented from maintenance mode, got %v", err)
+		}
+
+		return nil
+	})
+}
