@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 import pulumi
-from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, DiffResult, ReadResult, Resource, ResourceProvider
-from pulumi.dynamic import UpdateResult
+from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, ReadResult, Resource, ResourceProvider, UpdateResult
 
 from kontinuum.hub.discovery import probe_and_record
 from kontinuum.hub.inventory import Inventory
+from providers.common import diff_inputs, with_secret_outputs
 
 REPLACE_ON = ("name",)
 UPDATE_ON = ("interfaces", "labels", "talosPort", "probeTimeout", "unregisterOnDelete", "hubKubeconfig")
@@ -32,15 +32,6 @@ def check_instance(news: dict[str, Any]) -> list[CheckFailure]:
     return failures
 
 
-def diff_inputs(olds: dict, news: dict, *, replace_on=REPLACE_ON, update_on=UPDATE_ON) -> DiffResult:
-    changed = [k for k in (*replace_on, *update_on) if olds.get(k) != news.get(k)]
-    return DiffResult(
-        changes=bool(changed),
-        replaces=[k for k in changed if k in replace_on],
-        delete_before_replace=True,
-    )
-
-
 class InstanceProvider(ResourceProvider):
     """Stateless: everything it needs arrives in the inputs, credentials as secrets."""
 
@@ -48,7 +39,7 @@ class InstanceProvider(ResourceProvider):
         return CheckResult(news, check_instance(news))
 
     def diff(self, _id, olds, news):
-        return diff_inputs(olds, news)
+        return diff_inputs(olds, news, replace_on=REPLACE_ON, update_on=UPDATE_ON)
 
     def _converge(self, props: dict) -> dict:
         inv = Inventory.from_kubeconfig(props["hubKubeconfig"])
@@ -109,5 +100,4 @@ class Instance(Resource):
             "talosVersion": None,
             "links": None,
         }
-        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(additional_secret_outputs=["hubKubeconfig"]))
-        super().__init__(InstanceProvider(), resource_name, props, opts)
+        super().__init__(InstanceProvider(), resource_name, props, with_secret_outputs(opts, "hubKubeconfig"))

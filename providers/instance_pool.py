@@ -8,11 +8,10 @@ releases. check/diff are pure. A changed selector or pool name replaces the pool
 from __future__ import annotations
 
 import pulumi
-from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, ResourceProvider, UpdateResult
-from pulumi.dynamic import Resource
+from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, Resource, ResourceProvider, UpdateResult
 
 from kontinuum.hub.inventory import Inventory
-from providers.instance import diff_inputs
+from providers.common import diff_inputs, with_secret_outputs
 
 REPLACE_ON = ("pool", "selector")
 UPDATE_ON = ("replicas", "waitSeconds", "hubKubeconfig")
@@ -84,5 +83,4 @@ class InstancePool(Resource):
             "readyReplicas": None,
             "released": None,
         }
-        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(additional_secret_outputs=["hubKubeconfig"]))
-        super().__init__(InstancePoolProvider(), resource_name, props, opts)
+        super().__init__(InstancePoolProvider(), resource_name, props, with_secret_outputs(opts, "hubKubeconfig"))
