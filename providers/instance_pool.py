@@ -1,7 +1,7 @@
 """InstancePool: compare-and-swap claims of Instances matching a selector.
 
-create/update claim up to `replicas` (sticky; a scale-down releases the name-last), delete
-releases. check/diff are pure. A changed selector or pool name replaces the pool, deleting
+create/update claim up to `replicas` (sticky; members keep their slot, a scale-down
+releases the last slots), delete releases. check/diff are pure. A changed selector or pool name replaces the pool, deleting
 (releasing) first: the claim label is the pool's identity, so both must never coexist.
 """
 
@@ -39,18 +39,19 @@ class InstancePoolProvider(ResourceProvider):
     def diff(self, _id, olds, news):
         return diff_inputs(olds, news, replace_on=REPLACE_ON, update_on=UPDATE_ON)
 
-    def _claim(self, props: dict) -> dict:
+    def _claim(self, props: dict, previous: list[dict] | None = None) -> dict:
         inv = Inventory.from_kubeconfig(props["hubKubeconfig"])
         state = inv.claim(props["pool"], props["selector"], int(props["replicas"]),
-                          wait=float(props.get("waitSeconds") or 0))
+                          wait=float(props.get("waitSeconds") or 0), order=[m["name"] for m in previous or []])
         members = [{"name": m.name, "address": m.address, "discovered": m.discovered} for m in state.members]
         return {**props, "members": members, "readyReplicas": state.ready_replicas, "released": state.released}
 
     def create(self, props):
         return CreateResult(id_=props["pool"], outs=self._claim(props))
 
-    def update(self, _id, _olds, news):
-        return UpdateResult(outs=self._claim(news))
+    def update(self, _id, olds, news):
+        # Members keep their slot across updates: the component applies config per slot.
+        return UpdateResult(outs=self._claim(news, olds.get("members")))
 
     def delete(self, id_, props):
         Inventory.from_kubeconfig(props["hubKubeconfig"]).release(id_)

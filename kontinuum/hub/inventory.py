@@ -4,7 +4,9 @@ A claim is the label `kontinuum.sh/claimed-by=<pool>` written with a PUT that ca
 resourceVersion we read (compare-and-swap): of two pools racing for one machine, in one
 `pulumi up` or in two stacks, exactly one write succeeds; the loser gets 409 Conflict and
 moves on to the next candidate. Claims are sticky; only a scale-down releases, and it
-releases the name-last members so the outcome does not depend on timing.
+releases the most recently claimed members (name-last among those claimed together), so the
+outcome does not depend on timing and surviving members keep their slot (and with it the
+machine config applied to them).
 """
 
 from __future__ import annotations
@@ -176,29 +178,33 @@ class Inventory:
             raise HubError(f"hub: claim of Instance {name}: HTTP {e.status}") from None
 
     def claim(self, pool: str, selector: dict[str, str], replicas: int, *, wait: float = 0.0,
-              interval: float = 2.0) -> PoolState:
+              interval: float = 2.0, order: list[str] | None = None) -> PoolState:
         """Hold exactly `replicas` Instances matching `selector` for `pool`.
 
-        Waits up to `wait` seconds for capacity to appear, then raises InsufficientCapacity.
+        `order` is the pool's previous member list: survivors keep their position, new members
+        are appended in name order, and a scale-down releases from the end. Waits up to `wait`
+        seconds for capacity to appear, then raises InsufficientCapacity.
         """
         if replicas < 0:
             raise ValueError(f"pool {pool}: replicas must be >= 0, got {replicas}")
         deadline = time.monotonic() + wait
         while True:
-            state, shortfall = self._claim_once(pool, selector, replicas)
+            state, shortfall = self._claim_once(pool, selector, replicas, order or [])
             if shortfall is None:
                 return state
             if time.monotonic() >= deadline:
                 raise shortfall
             time.sleep(interval)
 
-    def _claim_once(self, pool, selector, replicas) -> tuple[PoolState, InsufficientCapacity | None]:
+    def _claim_once(self, pool, selector, replicas, order) -> tuple[PoolState, InsufficientCapacity | None]:
         # Every round either wins a claim, loses one to another writer (the free set shrinks)
         # or releases one, so the number of rounds is bounded by the candidates involved.
         released: list[str] = []
         for _ in range(MAX_ROUNDS):
             items = self.list(selector)
-            mine = [o for o in items if _labels(o).get(LABEL_CLAIMED_BY) == pool]
+            rank = {name: i for i, name in enumerate(order)}
+            mine = sorted((o for o in items if _labels(o).get(LABEL_CLAIMED_BY) == pool),
+                          key=lambda o: (rank.get(o["metadata"]["name"], len(rank)), o["metadata"]["name"]))
             if len(mine) > replicas:
                 released += [o["metadata"]["name"] for o in mine[replicas:] if self._set_claim(o, None)]
                 continue

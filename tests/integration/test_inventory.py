@@ -122,3 +122,15 @@ def test_release_and_unregister(inv):
     assert inv.members("pool-r") == []
     assert inv.unregister(names[0]) and inv.get(names[0]) is None
     assert not inv.unregister(names[0])
+
+
+def test_members_keep_their_slot_across_scale_up_and_down(inv):
+    inv.register("slot-b", ["127.0.9.2"], {"test": "slot"})
+    first = [m.name for m in inv.claim("pool-slot", {"test": "slot"}, 1).members]
+    assert first == ["slot-b"]
+    for name in ("slot-a", "slot-c"):
+        inv.register(name, ["127.0.9.1"], {"test": "slot"})
+    grown = [m.name for m in inv.claim("pool-slot", {"test": "slot"}, 3, order=first).members]
+    assert grown == ["slot-b", "slot-a", "slot-c"]  # survivors first, newcomers in name order
+    shrunk = inv.claim("pool-slot", {"test": "slot"}, 1, order=grown)
+    assert [m.name for m in shrunk.members] == ["slot-b"] and shrunk.released == ["slot-a", "slot-c"]

@@ -1,0 +1,35 @@
+"""Kontinuum: one stack per region; each zone in `kontinuum:zones` becomes a Talos cluster.
+
+Reads and validates the whole stack config before registering anything, then wires one Zone
+component per zone and exports each zone's URL, readiness, kubeconfig (secret) and identity
+thumbprint.
+"""
+
+import pulumi
+
+from kontinuum.errors import ConfigError
+from kontinuum_components.config import parse
+from kontinuum_components.zone import Zone, validate_zone
+
+KEYS = ("region", "hub", "zones", "defaults")
+
+cfg = pulumi.Config("kontinuum")
+raw = {k: cfg.get_object(k) if k != "region" else cfg.get(k) for k in KEYS}
+try:
+    stack = parse({k: v for k, v in raw.items() if v is not None})
+    for i, z in enumerate(stack.zones):
+        validate_zone(stack.region, z, f"zones[{i}].")
+except ConfigError as e:
+    # Config problems are the operator's to fix: one clean message per path, no traceback.
+    raise pulumi.RunError(f"invalid stack config (kontinuum:…):\n{e}") from None
+
+hub_kubeconfig = cfg.require_secret("hubKubeconfig")
+zones = {}
+for z in stack.zones:
+    zones[z.zone] = Zone(f"{stack.region}-{z.zone}", region=stack.region, hub=stack.hub, zone=z,
+                         hub_kubeconfig=hub_kubeconfig)
+
+pulumi.export("region", stack.region)
+pulumi.export("zones", {name: {"url": zone.url, "ready": zone.ready, "identityThumbprint": zone.identity_thumbprint}
+                        for name, zone in zones.items()})
+pulumi.export("kubeconfigs", pulumi.Output.secret({name: zone.kubeconfig for name, zone in zones.items()}))

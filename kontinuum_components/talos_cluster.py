@@ -1,0 +1,155 @@
+"""TalosCluster: the seeds' bootstrap state machine as a dependency graph (DESIGN §4).
+
+TalosSecrets → control-plane pool → ConfigApply per member → Bootstrap once → Kubeconfig →
+Gateway API CRDs → Cilium (non-blocking) → Cilium pods healthy → Talos health check
+(ControlPlaneReady) → worker pools + their ConfigApply, cert-manager → cert-manager healthy
+(Ready). Each arrow is a resource dependency, so a failed or killed `pulumi up` resumes at
+the first step that did not finish. This module only wires; the logic lives in providers/
+and kontinuum/.
+"""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from kontinuum.hub.crds import LABEL_REGION, LABEL_ZONE
+from kontinuum.talos import machineconfig
+from kontinuum.talos import talosconfig as talosconfig_file
+from kontinuum.talos.pki import CertKey
+from kontinuum.talos.secrets import load as load_secrets
+from kontinuum_components import addons
+from kontinuum_components.config import CONTROL_PLANE_POOL, Pool, Zone
+from providers.bootstrap import Bootstrap
+from providers.cluster_health import ClusterHealth
+from providers.config_apply import ConfigApply
+from providers.instance_pool import InstancePool
+from providers.kubeconfig import Kubeconfig
+from providers.talos_secrets import TalosSecrets
+
+LABEL_POOL = "kontinuum.sh/pool"
+
+
+def cluster_spec(name: str, zone: Zone, endpoint: str) -> machineconfig.ClusterSpec:
+    def pool_spec(p: Pool) -> machineconfig.PoolSpec:
+        return machineconfig.PoolSpec(p.name, p.replicas, p.install_disk, p.node_labels, p.patches)
+
+    return machineconfig.ClusterSpec(
+        name=name,
+        endpoint=endpoint,
+        kubernetes_version=zone.kubernetes_version,
+        control_plane=pool_spec(zone.control_plane),
+        workers=tuple(pool_spec(w) for w in zone.workers if w.replicas > 0),
+        installer_image=f"ghcr.io/siderolabs/installer:{zone.talos_version}",
+        patches=zone.patches,
+    )
+
+
+def validate(name: str, zone: Zone, prefix: str) -> None:
+    """Spec errors before anything is registered (the endpoint may only be known later)."""
+    endpoint = zone.endpoint or f"https://{zone.machines[0].addresses[0] if zone.machines else 'localhost'}:6443"
+    machineconfig.validate_spec(cluster_spec(name, zone, endpoint), prefix)
+
+
+class TalosCluster(pulumi.ComponentResource):
+    """One zone's Talos Kubernetes cluster with its addons; outputs endpoint, kubeconfig,
+    talosconfig (secrets), members and the ControlPlaneReady / Bootstrapped / Ready flags."""
+
+    def __init__(self, name: str, *, region: str, zone: Zone, hub_kubeconfig: pulumi.Input[str],
+                 instances: list[pulumi.Resource], opts: pulumi.ResourceOptions | None = None):
+        super().__init__("kontinuum:index:TalosCluster", name, None, opts)
+        self.name = name
+        self.zone = zone
+        t = zone.timeouts
+        child = pulumi.ResourceOptions(parent=self)
+
+        secrets = TalosSecrets(f"{name}-secrets", cluster_name=name, opts=child)
+        self.secrets = secrets
+
+        def pool(p: Pool, after: list[pulumi.Resource]) -> InstancePool:
+            return InstancePool(
+                f"{name}-{p.name}",
+                pool=f"{name}-{p.name}",
+                selector={LABEL_REGION: region, LABEL_ZONE: zone.zone, LABEL_POOL: p.name},
+                replicas=p.replicas,
+                hub_kubeconfig=hub_kubeconfig,
+                wait_seconds=float(t["claim"]),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=after),
+            )
+
+        cp_pool = pool(zone.control_plane, instances)
+        cp_addresses = cp_pool.members.apply(lambda ms: [m["address"] for m in ms])
+        self.endpoint = pulumi.Output.from_input(zone.endpoint) if zone.endpoint else cp_addresses.apply(
+            lambda a: f"https://{a[0]}:6443")
+        talosconfig = secrets.talosconfig
+
+        def config_for(pool_name: str) -> pulumi.Output[str]:
+            return pulumi.Output.all(secrets.secretsYaml, self.endpoint).apply(
+                lambda args: machineconfig.render(cluster_spec(name, zone, args[1]), load_secrets(args[0]),
+                                                  pool=pool_name).decode())
+
+        def applies(p: Pool, members: pulumi.Output, role: str, after: list[pulumi.Resource]) -> list[ConfigApply]:
+            config = config_for(p.name)
+            return [
+                ConfigApply(
+                    f"{name}-{p.name}-{i}",
+                    address=members.apply(lambda ms, i=i: ms[i]["address"]),
+                    config=config,
+                    talosconfig=talosconfig,
+                    role=role,
+                    talos_port=zone.talos_port,
+                    apply_timeout=float(t["apply"]),
+                    leave_etcd_on_delete=role == "controlplane",
+                    skip_unreachable=zone.skip_unreachable_cluster,
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=after),
+                )
+                for i in range(p.replicas)
+            ]
+
+        cp_applies = applies(zone.control_plane, cp_pool.members, "controlplane", [cp_pool])
+        first_cp = cp_addresses.apply(lambda a: a[0])
+        bootstrap = Bootstrap(f"{name}-bootstrap", address=first_cp, talosconfig=talosconfig,
+                              talos_port=zone.talos_port, timeout=float(t["bootstrap"]),
+                              opts=pulumi.ResourceOptions(parent=self, depends_on=cp_applies))
+        kubeconfig = Kubeconfig(f"{name}-kubeconfig", address=first_cp, talosconfig=talosconfig,
+                                talos_port=zone.talos_port, timeout=float(t["kubeconfig"]),
+                                opts=pulumi.ResourceOptions(parent=self, depends_on=[bootstrap]))
+        self.kubeconfig = kubeconfig.kubeconfig
+        # The escape hatch lets teardown drop objects of a dead cluster from state instead of
+        # failing on them, so destroy still resets what it can and releases the claims.
+        self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=kubeconfig.kubeconfig,
+                                     delete_unreachable=zone.skip_unreachable_cluster,
+                                     opts=pulumi.ResourceOptions(parent=self))
+
+        cilium_healthy = addons.install_cilium(self, kubeconfig.kubeconfig, single_node=zone.control_plane.replicas == 1
+                                               and not any(w.replicas for w in zone.workers))
+        health = ClusterHealth(f"{name}-health", address=first_cp, talosconfig=talosconfig,
+                               control_plane_nodes=cp_addresses, worker_nodes=[], talos_port=zone.talos_port,
+                               timeout=float(t["health"]),
+                               opts=pulumi.ResourceOptions(parent=self, depends_on=[cilium_healthy]))
+        self.control_plane_ready = health.healthy
+
+        worker_applies: list[ConfigApply] = []
+        self.worker_pools = {}
+        for w in zone.workers:
+            wp = pool(w, [health, *instances])
+            self.worker_pools[w.name] = wp
+            worker_applies += applies(w, wp.members, "worker", [wp, health])
+        cert_manager_healthy = addons.install_cert_manager(self, kubeconfig.kubeconfig, after=[health])
+
+        self.ready = pulumi.Output.all(cert_manager_healthy.healthyPods, *[a.configHash for a in worker_applies]).apply(
+            lambda _: True)
+        self.bootstrapped = bootstrap.bootstrapped
+        self.talosconfig = pulumi.Output.all(talosconfig, cp_addresses).apply(
+            lambda args: _with_endpoints(args[0], args[1]))
+        self.members = pulumi.Output.all(cp_pool.members, *[wp.members for wp in self.worker_pools.values()]).apply(
+            lambda groups: [m for g in groups for m in g])
+        self.addons_ready = [cilium_healthy, cert_manager_healthy]
+        self.register_outputs({"endpoint": self.endpoint, "controlPlaneReady": self.control_plane_ready,
+                               "ready": self.ready, "members": self.members})
+
+
+def _with_endpoints(talosconfig: str, endpoints: list[str]) -> str:
+    parsed = talosconfig_file.parse(talosconfig)
+    return talosconfig_file.render(parsed.context, list(endpoints), list(endpoints), parsed.ca,
+                                   CertKey(parsed.crt, parsed.key))

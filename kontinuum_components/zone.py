@@ -1,0 +1,78 @@
+"""Zone `<region>-<zone>`: seed Instances, a TalosCluster, the zone identity, the downstream
+footprint and the registry join (seeds, "Add zone"; DESIGN §4). Only wiring.
+
+Teardown is the reverse of the graph: the registry wait and downstream objects go first,
+then the addons, then every node is reset to maintenance, the claims are released and the
+Instances unregistered only when `unregisterInstancesOnDelete` asks for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from kontinuum.hub.crds import LABEL_REGION, LABEL_ZONE
+from kontinuum_components import config, talos_cluster
+from kontinuum_components.downstream import DownstreamFootprint
+from kontinuum_components.talos_cluster import LABEL_POOL, TalosCluster
+from providers.instance import Instance
+from providers.registry_join import RegistryJoin
+from providers.zone_identity import ZoneIdentity
+
+
+def instance_name(region: str, zone: str, address: str) -> str:
+    """Seed naming: `<region>-<zone>-<first 8 hex of sha256(address)>`; the same address is
+    the same Instance, a new address a new one (seeds, stage 1)."""
+    return f"{region}-{zone}-{hashlib.sha256(address.encode()).hexdigest()[:8]}"
+
+
+def zone_url(region: str, zone: str, hub: config.Hub) -> str:
+    return f"https://{zone}.{region}.{hub.dns_domain}"
+
+
+def validate_zone(region: str, zone: config.Zone, prefix: str) -> None:
+    talos_cluster.validate(f"{region}-{zone.zone}", zone, prefix)
+
+
+class Zone(pulumi.ComponentResource):
+    def __init__(self, name: str, *, region: str, hub: config.Hub, zone: config.Zone,
+                 hub_kubeconfig: pulumi.Input[str], opts: pulumi.ResourceOptions | None = None):
+        super().__init__("kontinuum:index:Zone", name, None, opts)
+        t = zone.timeouts
+        instances = [
+            Instance(
+                instance_name(region, zone.zone, m.addresses[0]),
+                name=instance_name(region, zone.zone, m.addresses[0]),
+                interfaces=list(m.addresses),
+                labels={LABEL_REGION: region, LABEL_ZONE: zone.zone, LABEL_POOL: m.pool},
+                hub_kubeconfig=hub_kubeconfig,
+                unregister_on_delete=zone.unregister_instances_on_delete,
+                talos_port=zone.talos_port,
+                probe_timeout=float(t["discovery"]),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            for m in zone.machines
+        ]
+        cluster = TalosCluster(name, region=region, zone=zone, hub_kubeconfig=hub_kubeconfig, instances=instances,
+                               opts=pulumi.ResourceOptions(parent=self))
+        identity = ZoneIdentity(f"{name}-identity", region=region, zone=zone.zone,
+                                opts=pulumi.ResourceOptions(parent=self))
+        hub_provider = k8s.Provider(f"{name}-hub", kubeconfig=hub_kubeconfig,
+                                    opts=pulumi.ResourceOptions(parent=self))
+        footprint = DownstreamFootprint(
+            name, region=region, zone=zone, hub=hub, zone_provider=cluster.provider, hub_provider=hub_provider,
+            zone_kubeconfig=cluster.kubeconfig, identity=identity, depends_on=cluster.addons_ready,
+            opts=pulumi.ResourceOptions(parent=self))
+        join = RegistryJoin(f"{name}-join", hub_kubeconfig=hub_kubeconfig, region=region, zone=zone.zone,
+                            timeout=float(t["registryJoin"]), trigger=identity.thumbprint,
+                            opts=pulumi.ResourceOptions(parent=self, depends_on=[footprint]))
+
+        self.url = pulumi.Output.from_input(zone_url(region, zone.zone, hub))
+        self.ready = pulumi.Output.all(cluster.ready, footprint.installed, join.joined).apply(all)
+        self.kubeconfig = cluster.kubeconfig
+        self.talosconfig = cluster.talosconfig
+        self.identity_thumbprint = identity.thumbprint
+        self.cluster = cluster
+        self.register_outputs({"url": self.url, "ready": self.ready, "identityThumbprint": self.identity_thumbprint})
