@@ -32,7 +32,9 @@ from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 
 from kontinuum.talos.errors import (
     CertificatePinMismatch,
+    ClientCertificateRejectedError,
     ClusterUnhealthyError,
+    NotInMaintenanceError,
     TalosApiError,
     TalosError,
     classify,
@@ -234,14 +236,24 @@ class TalosClient:
         return run_sync(self._call(operation, timeout, body))
 
     async def _call(self, operation: str, timeout: float, body: Callable[[Any, dict, float], Awaitable[T]]) -> T:
+        deadline = asyncio.get_running_loop().time() + timeout
         try:
             async with asyncio.timeout(timeout):
                 async with self._transport.channel() as channel:
                     return await body(channel, self._transport.metadata(), timeout)
         except _TRANSPORT_ERRORS as exc:
-            raise classify(
-                exc, node=self.node, operation=operation, timeout=timeout, maintenance=self._transport.maintenance
-            ) from exc
+            maintenance = self._transport.maintenance
+            error = classify(exc, node=self.node, operation=operation, timeout=timeout, maintenance=maintenance)
+            if isinstance(exc, (StreamTerminatedError, CertificatePinMismatch)):
+                # A lost connection right after the handshake, or a new certificate, is often
+                # the node refusing our (absent) client certificate: ask it, within the deadline.
+                left = max(0.2, min(2.0, deadline - asyncio.get_running_loop().time()))
+                reason = await self._transport.rejection(left)
+                if reason and maintenance:
+                    error = NotInMaintenanceError(self.node, operation, f"the node refuses clients without a certificate ({reason})")
+                elif reason:
+                    error = ClientCertificateRejectedError(self.node, operation, f"TLS session ended: {reason}")
+            raise error from exc
 
     # --- maintenance-mode reads -----------------------------------------------------------
 

@@ -71,6 +71,16 @@ class PermissionDeniedError(TalosError):
     )
 
 
+class ClientCertificateRejectedError(PermissionDeniedError):
+    """The node ended the TLS session over our client certificate."""
+
+    remedy = (
+        "The node does not accept the talosconfig's client certificate: it is not signed by a "
+        "CA the node trusts (machine.ca / machine.acceptedCAs) or has expired; use this "
+        "cluster's talosconfig."
+    )
+
+
 class InvalidMachineConfigError(TalosError):
     remedy = "Fix the machine config (the node's validator message is above) and apply it again."
 
@@ -95,9 +105,9 @@ class TlsTrustError(TalosError):
     """The TLS handshake failed: the node's certificate is not the one we trust or expect."""
 
     remedy = (
-        "The node's certificate did not verify against the talosconfig CA (wrong cluster or "
-        "another machine at this address?) or its pinned fingerprint changed; check the "
-        "machine before trusting it."
+        "The node's certificate did not verify against the talosconfig's CA, or differs from "
+        "the one pinned at first contact: another machine may answer at this address. Check "
+        "the machine before trusting it."
     )
 
 

@@ -16,6 +16,7 @@ grpcio's BoringSSL cannot handshake with (see shared/reference/python-grpc-tls.m
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import os
@@ -73,6 +74,27 @@ class _InspectingChannel(Channel):
         return protocol
 
 
+async def tls_rejection(host: str, port: int, ctx: ssl.SSLContext, timeout: float) -> str | None:
+    """Handshake, send nothing, and see whether the server accepts us.
+
+    Under TLS 1.3 a server that rejects the client's certificate (or its absence) says so only
+    after the handshake, with an alert or by closing, which grpclib reports as a lost
+    connection. An HTTP/2 server that accepts us sends its SETTINGS frame at once. Returns
+    why we were rejected, or None if we were accepted or it could not be told."""
+    try:
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_connection(host, port, ssl=ctx)
+            try:
+                data = await reader.read(1)
+            finally:
+                writer.close()
+    except ssl.SSLError as exc:
+        return exc.reason or str(exc)
+    except (OSError, TimeoutError):
+        return None
+    return None if data else "connection closed right after the TLS handshake"
+
+
 class Transport(Protocol):
     """What the client needs from a connection description."""
 
@@ -82,6 +104,8 @@ class Transport(Protocol):
     def channel(self) -> contextlib.AbstractAsyncContextManager[Channel]: ...
 
     def metadata(self) -> dict[str, str]: ...
+
+    async def rejection(self, timeout: float) -> str | None: ...
 
 
 class MaintenanceTransport:
@@ -130,6 +154,10 @@ class MaintenanceTransport:
 
     def metadata(self) -> dict[str, str]:
         return {}
+
+    async def rejection(self, timeout: float) -> str | None:
+        """Why the node refuses a certificate-less client, if it does (it has left maintenance)."""
+        return await tls_rejection(self.address, self.port, self._ssl, timeout)
 
 
 def load_cert_chain(ctx: ssl.SSLContext, crt: bytes, key: bytes) -> None:
@@ -190,3 +218,7 @@ class MutualTlsTransport:
 
     def metadata(self) -> dict[str, str]:
         return {"node": self._target} if self._target else {}
+
+    async def rejection(self, timeout: float) -> str | None:
+        """Why the endpoint refuses our client certificate, if it does (wrong CA, bad usage)."""
+        return await tls_rejection(self.endpoint, self.port, self._ssl, timeout)

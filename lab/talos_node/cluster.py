@@ -12,6 +12,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
+from kontinuum.talos.pki import CertKey
+
 if TYPE_CHECKING:
     from lab.talos_node.node import EmulatedNode
 
@@ -64,6 +66,7 @@ class ClusterRegistry:
         self._lock = threading.RLock()
         self._clusters: dict[str, ClusterState] = {}
         self._probes: dict[str, HealthProbe] = {}
+        self._issuers: dict[str, CertKey] = {}
         self._nodes: dict[str, EmulatedNode] = {}
 
     # --- nodes --------------------------------------------------------------------------
@@ -88,6 +91,16 @@ class ClusterRegistry:
         """Nodes currently holding a config of cluster `key` (up or rebooting)."""
         with self._lock:
             return [n for n in self._nodes.values() if n.cluster_key == key]
+
+    # --- trustd: workers get their apid certificate from a control plane ---------------
+
+    def remember_issuer(self, key: str, os_ca: CertKey) -> None:
+        with self._lock:
+            self._issuers[key] = os_ca
+
+    def issuer(self, key: str) -> CertKey | None:
+        with self._lock:
+            return self._issuers.get(key)
 
     # --- bootstrap and etcd -------------------------------------------------------------
 
@@ -140,8 +153,9 @@ class ClusterRegistry:
     def forget_if_empty(self, key: str) -> None:
         """When no node holds the cluster's config any more, its etcd data is gone too."""
         with self._lock:
-            if key in self._clusters and not self.nodes_of(key):
-                del self._clusters[key]
+            if not self.nodes_of(key):
+                self._clusters.pop(key, None)
+                self._issuers.pop(key, None)
 
     # --- health -------------------------------------------------------------------------
 

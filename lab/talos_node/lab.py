@@ -126,7 +126,8 @@ class Lab:
                 return node
         raise KeyError(f"no emulated node at {address}")
 
-    def _free_address(self) -> str:
+    def free_address(self) -> str:
+        """The next pool address no node of this lab uses and nothing else listens on."""
         taken = {n.address for n in self._nodes}
         for host in self._pool.hosts():
             address = str(host)
@@ -136,7 +137,7 @@ class Lab:
 
     def add_node(self, address: str | None = None, *, reboot_delay: float | None = None) -> EmulatedNode:
         """Start a node in maintenance mode and return once it listens on address:50000."""
-        address = check_loopback(address) if address else self._free_address()
+        address = check_loopback(address) if address else self.free_address()
 
         async def create() -> EmulatedNode:
             node = EmulatedNode(

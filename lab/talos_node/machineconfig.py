@@ -115,7 +115,7 @@ def parse(data: bytes) -> AppliedConfig:
     if machine_type == "join":
         machine_type = "worker"
     if machine_type not in MACHINE_TYPES:
-        errors.append(f'invalid machine type "{machine_type}"')
+        errors.append(f'unknown machine type: "{machine_type}"')
     control_plane = machine_type in ("controlplane", "init")
     if doc.get("persist") is False:
         errors.append(".persist should be enabled")

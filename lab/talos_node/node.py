@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import threading
 import time
 import weakref
@@ -32,6 +33,7 @@ from lab.talos_node.machineconfig import AppliedConfig
 APID_PORT = 50000
 DEFAULT_TALOS_VERSION = "v1.13.0"
 _LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
+log = logging.getLogger(__name__)
 
 
 def check_loopback(address: str) -> str:
@@ -95,11 +97,12 @@ class EmulatedNode:
         self.port = port
         self.registry = registry
         self.talos_version = talos_version
-        self.mode = "off"  # off | maintenance | configured | rebooting
+        self.mode = "off"  # off | maintenance | booting | configured | rebooting
         self.config: AppliedConfig | None = None
         self.staged: AppliedConfig | None = None
         self.staged_version: str | None = None
         self.booted_at = Timestamp()
+        self.boots = 0  # completed boots; lets a waiter tell a finished reboot from none yet
         self.api = NodeApi(self)
         self._loop = loop
         self._faults = Faults(reboot_delay=reboot_delay)
@@ -182,9 +185,15 @@ class EmulatedNode:
         """Boot a node that a reset with reboot=False powered off."""
         self._run(self._power_on(), timeout)
 
-    def wait_for(self, mode: str, timeout: float = 10.0) -> None:
+    def wait_for(self, mode: str, timeout: float = 10.0, *, after_boot: int | None = None) -> None:
+        """Wait until the node is in `mode` (and, with `after_boot`, has booted since that
+        boot count: pass `node.boots` taken before the call that reboots it)."""
         deadline = time.monotonic() + timeout
-        while self.mode != mode or (mode in ("maintenance", "configured") and not self.is_up):
+        while (
+            self.mode != mode
+            or (mode in ("maintenance", "configured") and not self.is_up)
+            or (after_boot is not None and self.boots <= after_boot)
+        ):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"emulated node {self.address} is {self.mode}, not {mode}, after {timeout:g} s")
             time.sleep(0.02)
@@ -212,7 +221,13 @@ class EmulatedNode:
         down (new config, forgotten config, new version)."""
         task = self._loop.create_task(self._reboot(transition, power_off=power_off))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._reboot_done)
+
+    def _reboot_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.mode = "off"  # a machine whose boot failed is not on the network
+            log.error("emulated node %s failed to boot", self.address, exc_info=task.exception())
 
     # --- lifecycle (loop thread) --------------------------------------------------------
 
@@ -252,14 +267,23 @@ class EmulatedNode:
 
     async def _boot(self) -> None:
         self.booted_at.GetCurrentTime()
-        if self.config is not None:
-            self._ssl, self._fingerprint = tls.configured_context(self.address, self.hostname, self.config), None
-        else:
+        config = self.config
+        if config is None:
             self._ssl, self._fingerprint = tls.maintenance_context(self.address)
-        self.mode = "configured" if self.config else "maintenance"
-        if self.config and self.config.is_control_plane:
-            self.registry.join(self.config.cluster_key, self)
+            self.mode = "maintenance"
+        else:
+            self.mode = "booting"
+            if config.is_control_plane:
+                self.registry.remember_issuer(config.cluster_key, config.os_ca)
+            # A worker's config has no OS CA key: like trustd, wait for a control plane's.
+            while (issuer := self.registry.issuer(config.cluster_key)) is None:
+                await asyncio.sleep(0.1)
+            self._ssl, self._fingerprint = tls.configured_context(self.address, self.hostname, config, issuer), None
+            self.mode = "configured"
+            if config.is_control_plane:
+                self.registry.join(config.cluster_key, self)
         await self._sync_listening()
+        self.boots += 1
 
     async def _sync_listening(self) -> None:
         """Listen when the node is up and not refusing; otherwise stop and drop connections."""

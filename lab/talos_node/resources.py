@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import yaml
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -95,7 +95,6 @@ class NodeFacts:
     talos_version: str
     stage: str  # maintenance, booting, running
     ready: bool
-    extra: dict = field(default_factory=dict)
 
 
 def _mac(address: str) -> str:

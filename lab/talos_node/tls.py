@@ -49,15 +49,17 @@ def maintenance_context(address: str) -> tuple[ssl.SSLContext, str]:
     return _server_context(leaf, chain=ca.crt), fingerprint
 
 
-def configured_context(address: str, hostname: str, config: AppliedConfig) -> ssl.SSLContext:
+def configured_context(address: str, hostname: str, config: AppliedConfig, issuer: CertKey) -> ssl.SSLContext:
+    """`issuer` is the OS CA with its key: the node's own on a control plane, a control
+    plane's (trustd's) on a worker, whose config carries only the CA certificate."""
     ips, names = split_sans(config.cert_sans)
     leaf = pki.issue_cert(
-        config.os_ca,
+        issuer,
         common_name=hostname,
         dns_names=[hostname, *names],
         ip_addresses=[address, *ips],
         server=True,
-        key_type=_key_type_of(config.os_ca),
+        key_type=_key_type_of(issuer),
     )
     return _server_context(leaf, client_cas=config.trusted_cas)
 

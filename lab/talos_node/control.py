@@ -1,0 +1,101 @@
+"""A tiny HTTP control endpoint for an emulated node running in its own process.
+
+On http://<node address>:<control port>/ (loopback only, like the node):
+    GET  /state          mode, version, cluster, fingerprint, fault knobs, call counters (JSON)
+    POST /faults         JSON with any of latency, hang, refuse, reboot_delay and
+                         fail_next: {"count": N, "status": "UNAVAILABLE", "message": "..."}
+    POST /calls/reset    zero the call counters
+    POST /reboot         power-cycle;  POST /power-on  boot a node that a reset powered off
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import asdict
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from grpclib.const import Status
+
+from lab.talos_node.node import EmulatedNode
+
+CONTROL_PORT = 50080
+_KNOBS = {"latency": float, "hang": bool, "refuse": bool, "reboot_delay": float}
+
+
+def state(node: EmulatedNode) -> dict:
+    faults = asdict(node.faults)
+    faults["fail_status"] = node.faults.fail_status.name
+    return {
+        "address": node.address,
+        "mode": node.mode,
+        "talos_version": node.talos_version,
+        "cluster_key": node.cluster_key,
+        "fingerprint": node.fingerprint,
+        "faults": faults,
+        "calls": node.calls,
+    }
+
+
+def apply_faults(node: EmulatedNode, body: dict) -> None:
+    unknown = set(body) - set(_KNOBS) - {"fail_next"}
+    if unknown:
+        raise ValueError(f"unknown fault knobs: {', '.join(sorted(unknown))}")
+    changes = {name: _KNOBS[name](value) for name, value in body.items() if name in _KNOBS}
+    if "fail_next" in body:
+        spec = body["fail_next"]
+        changes.update(
+            fail_next=int(spec.get("count", 1)),
+            fail_status=Status[str(spec.get("status", "UNAVAILABLE")).upper()],
+            fail_message=str(spec.get("message", "injected failure")),
+        )
+    node.set_faults(**changes)
+
+
+def _handler(node: EmulatedNode) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:  # quiet: tests poll this
+            pass
+
+        def _reply(self, code: int, payload: object) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            if self.path == "/state":
+                self._reply(200, state(node))
+            else:
+                self._reply(404, {"error": f"no such endpoint {self.path}"})
+
+        def do_POST(self) -> None:
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                if self.path == "/faults":
+                    apply_faults(node, body)
+                elif self.path == "/calls/reset":
+                    node.reset_calls()
+                elif self.path == "/reboot":
+                    node.reboot()
+                elif self.path == "/power-on":
+                    node.power_on()
+                else:
+                    self._reply(404, {"error": f"no such endpoint {self.path}"})
+                    return
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                self._reply(400, {"error": str(exc)})
+                return
+            self._reply(200, state(node))
+
+    return Handler
+
+
+def serve(node: EmulatedNode, port: int = CONTROL_PORT) -> ThreadingHTTPServer:
+    """Start the control endpoint on the node's own address in a daemon thread."""
+    server = ThreadingHTTPServer((node.address, port), _handler(node))
+    threading.Thread(target=server.serve_forever, name=f"talos-control-{node.address}", daemon=True).start()
+    return server
