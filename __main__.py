@@ -5,6 +5,8 @@ component per zone and exports each zone's URL, readiness, kubeconfig (secret) a
 thumbprint.
 """
 
+from pathlib import Path
+
 import pulumi
 
 from kontinuum.errors import ConfigError
@@ -23,11 +25,32 @@ except ConfigError as e:
     # Config problems are the operator's to fix: one clean message per path, no traceback.
     raise pulumi.RunError(f"invalid stack config (kontinuum:…):\n{e}") from None
 
-hub_kubeconfig = cfg.require_secret("hubKubeconfig")
+def hub_kubeconfig() -> pulumi.Output[str]:
+    """The hub kubeconfig: a secret value (real regions) or a file the lab writes."""
+    path = cfg.get("hubKubeconfigFile")
+    if not path:
+        return cfg.require_secret("hubKubeconfig")
+    try:
+        return pulumi.Output.secret(Path(path).read_text())
+    except OSError as e:
+        if pulumi.runtime.is_dry_run():
+            # A preview contacts nothing, so a missing lab kubeconfig only costs accuracy.
+            pulumi.log.warn(f"kontinuum:hubKubeconfigFile {path}: {e.strerror}; previewing without the hub")
+            return pulumi.Output.secret(PLACEHOLDER_KUBECONFIG)
+        raise pulumi.RunError(f"kontinuum:hubKubeconfigFile: cannot read {path} ({e.strerror}); "
+                              "start the lab with `python -m lab up` or set kontinuum:hubKubeconfig") from None
+
+
+PLACEHOLDER_KUBECONFIG = (
+    "apiVersion: v1\nkind: Config\nclusters: [{name: hub, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+    "users: [{name: hub, user: {}}]\ncontexts: [{name: hub, context: {cluster: hub, user: hub}}]\n"
+    "current-context: hub\n"
+)
+hub = hub_kubeconfig()
 zones = {}
 for z in stack.zones:
     zones[z.zone] = Zone(f"{stack.region}-{z.zone}", region=stack.region, hub=stack.hub, zone=z,
-                         hub_kubeconfig=hub_kubeconfig)
+                         hub_kubeconfig=hub)
 
 pulumi.export("region", stack.region)
 pulumi.export("zones", {name: {"url": zone.url, "ready": zone.ready, "identityThumbprint": zone.identity_thumbprint}

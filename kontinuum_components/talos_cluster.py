@@ -19,7 +19,8 @@ from kontinuum.talos import talosconfig as talosconfig_file
 from kontinuum.talos.pki import CertKey
 from kontinuum.talos.secrets import load as load_secrets
 from kontinuum_components import addons
-from kontinuum_components.config import CONTROL_PLANE_POOL, Pool, Zone
+from kontinuum_components.config import Pool, Zone
+from kontinuum_components.specs import cluster_spec
 from providers.bootstrap import Bootstrap
 from providers.cluster_health import ClusterHealth
 from providers.config_apply import ConfigApply
@@ -28,27 +29,6 @@ from providers.kubeconfig import Kubeconfig
 from providers.talos_secrets import TalosSecrets
 
 LABEL_POOL = "kontinuum.sh/pool"
-
-
-def cluster_spec(name: str, zone: Zone, endpoint: str) -> machineconfig.ClusterSpec:
-    def pool_spec(p: Pool) -> machineconfig.PoolSpec:
-        return machineconfig.PoolSpec(p.name, p.replicas, p.install_disk, p.node_labels, p.patches)
-
-    return machineconfig.ClusterSpec(
-        name=name,
-        endpoint=endpoint,
-        kubernetes_version=zone.kubernetes_version,
-        control_plane=pool_spec(zone.control_plane),
-        workers=tuple(pool_spec(w) for w in zone.workers if w.replicas > 0),
-        installer_image=f"ghcr.io/siderolabs/installer:{zone.talos_version}",
-        patches=zone.patches,
-    )
-
-
-def validate(name: str, zone: Zone, prefix: str) -> None:
-    """Spec errors before anything is registered (the endpoint may only be known later)."""
-    endpoint = zone.endpoint or f"https://{zone.machines[0].addresses[0] if zone.machines else 'localhost'}:6443"
-    machineconfig.validate_spec(cluster_spec(name, zone, endpoint), prefix)
 
 
 class TalosCluster(pulumi.ComponentResource):

@@ -14,7 +14,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from kontinuum.hub.crds import LABEL_REGION, LABEL_ZONE
-from kontinuum_components import config, talos_cluster
+from kontinuum_components import config, specs
 from kontinuum_components.downstream import DownstreamFootprint
 from kontinuum_components.talos_cluster import LABEL_POOL, TalosCluster
 from providers.instance import Instance
@@ -33,7 +33,7 @@ def zone_url(region: str, zone: str, hub: config.Hub) -> str:
 
 
 def validate_zone(region: str, zone: config.Zone, prefix: str) -> None:
-    talos_cluster.validate(f"{region}-{zone.zone}", zone, prefix)
+    specs.validate(f"{region}-{zone.zone}", zone, prefix)
 
 
 class Zone(pulumi.ComponentResource):

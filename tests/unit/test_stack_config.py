@@ -83,3 +83,17 @@ def test_oidc_needs_issuer_and_client():
     out = problems(raw)
     assert "hub.auth.oidc.clientId: required" in out
     assert any(p.startswith("hub.auth.oidc.issuerUrl: must be an https URL") for p in out)
+
+
+@pytest.mark.parametrize("stack_file", ["Pulumi.lab.yaml", "Pulumi.example-eu.yaml"])
+def test_shipped_stacks_are_valid(stack_file):
+    from pathlib import Path
+
+    import yaml
+
+    from kontinuum_components.specs import validate
+
+    raw = yaml.safe_load((Path(__file__).resolve().parents[2] / "stacks" / stack_file).read_text())["config"]
+    cfg = parse({k.split(":", 1)[1]: v for k, v in raw.items()})
+    for i, z in enumerate(cfg.zones):
+        validate(f"{cfg.region}-{z.zone}", z, f"zones[{i}].")

@@ -1,0 +1,29 @@
+"""From stack config to the core library's typed specs (no Pulumi), so config errors in
+machine-config terms (patches, labels, disks) surface before anything is registered."""
+
+from __future__ import annotations
+
+from kontinuum.talos import machineconfig
+from kontinuum_components.config import Pool, Zone
+
+
+def cluster_spec(name: str, zone: Zone, endpoint: str) -> machineconfig.ClusterSpec:
+    def pool_spec(p: Pool) -> machineconfig.PoolSpec:
+        return machineconfig.PoolSpec(p.name, p.replicas, p.install_disk, p.node_labels, p.patches)
+
+    return machineconfig.ClusterSpec(
+        name=name,
+        endpoint=endpoint,
+        kubernetes_version=zone.kubernetes_version,
+        control_plane=pool_spec(zone.control_plane),
+        workers=tuple(pool_spec(w) for w in zone.workers if w.replicas > 0),
+        installer_image=f"ghcr.io/siderolabs/installer:{zone.talos_version}",
+        patches=zone.patches,
+    )
+
+
+def validate(name: str, zone: Zone, prefix: str) -> None:
+    """Spec errors before anything is registered (the endpoint may only be known later)."""
+    first = zone.machines[0].addresses[0] if zone.machines else "localhost"
+    endpoint = zone.endpoint or f"https://{first}:6443"
+    machineconfig.validate_spec(cluster_spec(name, zone, endpoint), prefix)
