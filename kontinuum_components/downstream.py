@@ -262,6 +262,14 @@ def httproute_manifest(region: str, zone: str, hub: config.Hub) -> dict:
             "spec": httproute_spec(region, zone, hub)}
 
 
+def certificate_trigger(metadata: dict | None) -> str:
+    """`<uid>/<generation>` of the Certificate: a replaced or edited Certificate waits again.
+    Numbers cross the Pulumi wire as floats, so the generation is normalised to an int."""
+    md = metadata or {}
+    gen = md.get("generation")
+    return f"{md.get('uid')}/{int(gen) if isinstance(gen, (int, float)) else gen}"
+
+
 # -- wiring -----------------------------------------------------------------------------------
 
 
@@ -307,7 +315,7 @@ class DownstreamFootprint(pulumi.ComponentResource):
         env_cm = core(k8s.core.v1.ConfigMap, "env-configmap", env_configmap_manifest(region, z, cm_data), ns,
                       data=cm_data)
         ident = identity_secret_manifest(region, z, identity.certificatePem, identity.privateKeyPem)
-        ident_s = core(k8s.core.v1.Secret, "identity", ident, ns, type=ident["type"],
+        ident_s = core(k8s.core.v1.Secret, "identity-secret", ident, ns, type=ident["type"],
                        string_data=pulumi.Output.secret(ident["stringData"]))
         hub_secret = hub_identity_secret_manifest(region, z, identity.certificatePem, identity.thumbprint)
         hub_s = k8s.core.v1.Secret(f"{name}-hub-identity", metadata=hub_secret["metadata"], type=hub_secret["type"],
@@ -328,7 +336,7 @@ class DownstreamFootprint(pulumi.ComponentResource):
         ready = CertificateReady(
             f"{name}-certificate-ready", kubeconfig=zone_kubeconfig, namespace=NAMESPACE, name=CERTIFICATE,
             timeout=float(zone.timeouts["certificate"]), gateway=f"{NAMESPACE}/{GATEWAY}",
-            trigger=certificate.metadata.apply(lambda m: f"{(m or {}).get('uid')}/{(m or {}).get('generation')}"),
+            trigger=certificate.metadata.apply(certificate_trigger),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[certificate]))
         route = custom("httproute", httproute_manifest(region, z, hub), ready)
 

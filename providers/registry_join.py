@@ -1,0 +1,83 @@
+"""RegistryJoin: a wait resource whose create blocks (bounded) until the zone's kontinuum-server
+heartbeats into the hub registry (seeds, "Registry join"; DESIGN §4 ──► zone Ready).
+
+check/diff are pure, so `pulumi preview` contacts neither the hub nor the zone. `trigger`
+ties the wait to the downstream footprint: when the footprint (image, env, identity) changes,
+the next `pulumi up` waits again. Delete does nothing: the Kontinuum object is the server's
+own registration, not ours.
+"""
+
+from __future__ import annotations
+
+import pulumi
+from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, Resource, ResourceProvider, UpdateResult
+
+from kontinuum.hub.registry import wait_joined
+from providers.common import diff_inputs, with_secret_outputs
+
+UPDATE_ON = ("region", "zone", "trigger", "maxHeartbeatAge", "hubKubeconfig", "zoneKubeconfig")
+SECRET_INPUTS = ("hubKubeconfig", "zoneKubeconfig")
+
+
+def check_registry_join(news: dict) -> list[CheckFailure]:
+    failures = [CheckFailure(k, "required") for k in ("region", "zone") if not news.get(k)]
+    if not news.get("hubKubeconfig"):
+        failures.append(CheckFailure("hubKubeconfig", "required: the hub's kubeconfig (secret)"))
+    timeout = news.get("timeout")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+        failures.append(CheckFailure("timeout", f"must be a number of seconds >= 0, got {timeout!r}"))
+    return failures
+
+
+class RegistryJoinProvider(ResourceProvider):
+    """Stateless: hub and zone credentials arrive as secret inputs."""
+
+    def check(self, _olds, news):
+        return CheckResult(news, check_registry_join(news))
+
+    def diff(self, _id, olds, news):
+        return diff_inputs(olds, news, update_on=UPDATE_ON)
+
+    def _wait(self, props: dict) -> dict:
+        max_age = props.get("maxHeartbeatAge")
+        joined = wait_joined(props["hubKubeconfig"], props["region"], props["zone"], timeout=float(props["timeout"]),
+                             max_age=float(max_age) if max_age else None,
+                             zone_kubeconfig=props.get("zoneKubeconfig") or None)
+        return {**props, "joined": True, "heartbeat": joined.heartbeat, "kontinuum": joined.name,
+                "endpoint": joined.endpoint}
+
+    def create(self, props):
+        return CreateResult(id_=f"{props['region']}-{props['zone']}", outs=self._wait(props))
+
+    def update(self, _id, _olds, news):
+        return UpdateResult(outs=self._wait(news))
+
+
+class RegistryJoin(Resource):
+    """Outputs: joined (true), heartbeat (RFC 3339, the one observed at join), kontinuum (its name), endpoint."""
+
+    joined: pulumi.Output[bool]
+    heartbeat: pulumi.Output[str]
+    kontinuum: pulumi.Output[str]
+    endpoint: pulumi.Output[str]
+
+    def __init__(self, resource_name: str, *, hub_kubeconfig: pulumi.Input[str], region: str, zone: str,
+                 timeout: float, trigger: pulumi.Input = None, zone_kubeconfig: pulumi.Input[str] | None = None,
+                 max_heartbeat_age: float | None = None, opts: pulumi.ResourceOptions | None = None):
+        """zone_kubeconfig (optional) lets a timeout report what the zone shows (Deployment
+        availability, the server's Warning Events); max_heartbeat_age (optional, seconds)
+        rejects a heartbeat older than that, e.g. a registration left from an earlier zone."""
+        props = {
+            "hubKubeconfig": pulumi.Output.secret(hub_kubeconfig),
+            "zoneKubeconfig": pulumi.Output.secret(zone_kubeconfig) if zone_kubeconfig is not None else None,
+            "region": region,
+            "zone": zone,
+            "timeout": timeout,
+            "trigger": trigger,
+            "maxHeartbeatAge": max_heartbeat_age,
+            "joined": None,
+            "heartbeat": None,
+            "kontinuum": None,
+            "endpoint": None,
+        }
+        super().__init__(RegistryJoinProvider(), resource_name, props, with_secret_outputs(opts, *SECRET_INPUTS))

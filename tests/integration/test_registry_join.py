@@ -1,0 +1,247 @@
+"""Registry join against a real hub apiserver with our CRDs: joins on a heartbeat, ignores other
+zones, fails bounded with a message that names the last observation and what to check.
+
+The last test closes the loop with the lab kontinuum-server stand-in: the footprint's own
+identity Secrets (from the pure builders) are what it accepts, and a wrong key is refused
+with a Warning Event that the timeout message surfaces.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+
+import pytest
+from kubernetes import client
+
+from kontinuum import zone_identity
+from kontinuum.hub import crds as hub
+from kontinuum.hub.registry import RegistryNotJoined, find_joined, parse_heartbeat, wait_joined
+from kontinuum_components import config, downstream
+from lab.controlplane import free_port
+from lab.hub import Hub
+from lab.standins.kontinuum_server import REJECTED_REASON, KontinuumServer
+from providers.registry_join import RegistryJoin, RegistryJoinProvider  # noqa: F401 - import must not need Pulumi running
+
+T = 10  # seconds per API call in the tests
+ADDRESS = "127.0.0.4"
+
+
+def _kontinuum(name: str, region: str, zone: str, heartbeat: str | None = None, **spec) -> dict:
+    obj = {"apiVersion": hub.API_VERSION, "kind": hub.KONTINUUM_KIND, "metadata": {"name": name},
+           "spec": {"region": region, "zone": zone, **spec}}
+    if heartbeat:
+        obj["status"] = {"heartbeat": heartbeat}
+    return obj
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# -- pure -----------------------------------------------------------------------------------
+
+
+def test_parse_heartbeat():
+    assert parse_heartbeat("2026-01-02T03:04:05Z") == dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+    assert parse_heartbeat("0001-01-01T00:00:00Z") is None  # Go's zero time
+    assert parse_heartbeat("") is None and parse_heartbeat(None) is None and parse_heartbeat("yesterday") is None
+
+
+def test_find_joined_matches_spec_not_name_and_prefers_a_heartbeat():
+    items = [
+        _kontinuum("eu-eu-1b", "eu", "eu-1b", "2026-01-01T00:00:00Z"),
+        _kontinuum("renamed", "eu", "eu-1a", "2026-01-01T00:00:10Z", endpoint="https://eu-1a.eu.x"),
+        _kontinuum("eu-eu-1a", "eu", "eu-1a"),
+    ]
+    joined, seen = find_joined(items, "eu", "eu-1a")
+    assert joined.name == "renamed" and joined.heartbeat == "2026-01-01T00:00:10Z"
+    assert joined.endpoint == "https://eu-1a.eu.x" and "renamed" in seen
+    assert find_joined(items[:1], "eu", "eu-1a") == (None, "no Kontinuum for region 'eu' zone 'eu-1a' in the hub "
+                                                           "(1 Kontinuum(s) for other zones)")
+    joined, seen = find_joined(items[2:], "eu", "eu-1a")
+    assert joined is None and seen == "Kontinuum eu-eu-1a exists but has no heartbeat"
+
+
+def test_find_joined_max_age_rejects_a_stale_heartbeat():
+    now = dt.datetime(2026, 1, 1, 0, 10, tzinfo=dt.timezone.utc)
+    items = [_kontinuum("eu-eu-1a", "eu", "eu-1a", "2026-01-01T00:00:00Z")]
+    assert find_joined(items, "eu", "eu-1a", now=now, max_age=900)[0] is not None
+    joined, seen = find_joined(items, "eu", "eu-1a", now=now, max_age=60)
+    assert joined is None and "600 s ago" in seen and "stale" in seen
+
+
+def test_provider_check_and_diff_are_pure():
+    p = RegistryJoinProvider()
+    good = {"hubKubeconfig": "x", "region": "eu", "zone": "eu-1a", "timeout": 5}
+    assert p.check({}, good).failures == []
+    bad = p.check({}, {"region": "eu", "timeout": -1})
+    assert sorted(f.property for f in bad.failures) == ["hubKubeconfig", "timeout", "zone"]
+    assert p.diff("id", good, dict(good)).changes is False
+    assert p.diff("id", good, dict(good, timeout=99)).changes is False  # a new bound alone does not re-wait
+    d = p.diff("id", good, dict(good, trigger="new-footprint"))
+    assert d.changes is True and not d.replaces
+
+
+# -- against a real hub -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hub_(tools_bin, tmp_path_factory):
+    h = Hub(tmp_path_factory.mktemp("hub"), address=ADDRESS, port=free_port(ADDRESS),
+            etcd_ports=(free_port(ADDRESS), free_port(ADDRESS)), name="hub-registry").start()
+    yield h
+    h.stop()
+
+
+@pytest.fixture
+def api(hub_):
+    a = hub_.api_client()
+    yield a
+    a.close()
+
+
+def _create(api, obj: dict) -> None:
+    custom = client.CustomObjectsApi(api)
+    status = obj.pop("status", None)
+    custom.create_cluster_custom_object(hub.GROUP, hub.VERSION, hub.KONTINUUM_PLURAL, obj, _request_timeout=T)
+    if status:
+        _beat(api, obj["metadata"]["name"], status["heartbeat"])
+
+
+def _beat(api, name: str, stamp: str) -> None:
+    client.CustomObjectsApi(api).patch_cluster_custom_object_status(
+        hub.GROUP, hub.VERSION, hub.KONTINUUM_PLURAL, name, {"status": {"heartbeat": stamp}}, _request_timeout=T)
+
+
+def test_joins_when_a_heartbeat_appears(hub_, api):
+    _create(api, _kontinuum("eu-eu-1a", "eu", "eu-1a", endpoint="https://eu-1a.eu.lab.test"))
+    later = threading.Timer(1.5, lambda: _beat(api, "eu-eu-1a", _now()))
+    later.start()
+    t0 = time.monotonic()
+    out = RegistryJoinProvider().create({"hubKubeconfig": hub_.kubeconfig, "region": "eu", "zone": "eu-1a",
+                                         "timeout": 30, "trigger": "t1"})
+    later.join()
+    assert 1.0 < time.monotonic() - t0 < 30
+    assert out.id == "eu-eu-1a"
+    assert out.outs["joined"] is True and out.outs["kontinuum"] == "eu-eu-1a"
+    assert parse_heartbeat(out.outs["heartbeat"]) is not None
+    assert out.outs["endpoint"] == "https://eu-1a.eu.lab.test"
+    # update waits again (already joined: returns at once)
+    t0 = time.monotonic()
+    upd = RegistryJoinProvider().update("eu-eu-1a", out.outs, dict(out.outs, trigger="t2"))
+    assert upd.outs["joined"] is True and time.monotonic() - t0 < 5
+
+
+def test_times_out_bounded_when_nothing_registers(hub_):
+    t0 = time.monotonic()
+    with pytest.raises(RegistryNotJoined) as e:
+        RegistryJoinProvider().create({"hubKubeconfig": hub_.kubeconfig, "region": "eu", "zone": "eu-9z",
+                                       "timeout": 2})
+    assert time.monotonic() - t0 < 10
+    msg = str(e.value)
+    assert msg.startswith("zone eu-eu-9z never joined the hub registry within 2 s: ")
+    assert "no Kontinuum for region 'eu' zone 'eu-9z'" in msg
+    assert "did not start or was refused" in msg
+    assert f"{hub.ZONE_NAMESPACE}/{hub.ZONE_IDENTITY_SECRET}" in msg
+    assert f"{hub.HUB_NAMESPACE}/{hub.hub_identity_secret_name('eu', 'eu-9z')}" in msg
+    assert "server's logs" in msg
+
+
+def test_registered_without_heartbeat_is_not_joined(hub_, api):
+    _create(api, _kontinuum("eu-eu-1c", "eu", "eu-1c"))
+    with pytest.raises(RegistryNotJoined, match="Kontinuum eu-eu-1c exists but has no heartbeat"):
+        wait_joined(hub_.kubeconfig, "eu", "eu-1c", timeout=1.5, interval=0.3)
+
+
+def test_ignores_a_kontinuum_of_another_zone(hub_, api):
+    _create(api, _kontinuum("us-eu-1d", "us", "eu-1d", _now()))  # same zone name, other region
+    _create(api, _kontinuum("eu-eu-1e", "eu", "eu-1e", _now()))  # same region, other zone
+    _create(api, _kontinuum("eu-eu-1d", "eu", "eu-1e-typo"))     # our name, other spec
+    with pytest.raises(RegistryNotJoined) as e:
+        wait_joined(hub_.kubeconfig, "eu", "eu-1d", timeout=1.5, interval=0.3)
+    assert "no Kontinuum for region 'eu' zone 'eu-1d'" in str(e.value)
+    assert wait_joined(hub_.kubeconfig, "us", "eu-1d", timeout=5).name == "us-eu-1d"
+
+
+def test_unreachable_hub_is_a_bounded_observation(hub_):
+    dead = hub_.kubeconfig.replace(hub_.server, f"https://{ADDRESS}:{free_port(ADDRESS)}")
+    t0 = time.monotonic()
+    with pytest.raises(RegistryNotJoined, match="cannot list Kontinuums on the hub"):
+        wait_joined(dead, "eu", "eu-1a", timeout=1.0, interval=0.3)
+    assert time.monotonic() - t0 < 20
+
+
+# -- the loop with the lab kontinuum-server stand-in -------------------------------------------------
+
+
+def _apply_zone_side(api, manifests: list[dict]) -> None:
+    """Create the footprint's objects on the (shared) apiserver the way Pulumi would."""
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    for m in manifests:
+        ns = m["metadata"].get("namespace")
+        kind = m["kind"]
+        if kind == "Secret":
+            try:
+                core.delete_namespaced_secret(m["metadata"]["name"], ns, _request_timeout=T)
+            except client.ApiException as e:
+                if e.status != 404:
+                    raise
+            core.create_namespaced_secret(ns, m, _request_timeout=T)
+        elif kind == "ConfigMap":
+            core.create_namespaced_config_map(ns, m, _request_timeout=T)
+        elif kind == "Deployment":
+            apps.create_namespaced_deployment(ns, m, _request_timeout=T)
+        else:
+            raise AssertionError(kind)
+
+
+def _mark_available(api) -> None:
+    """No controller-manager here: play the Deployment controller's verdict."""
+    now = _now()
+    client.AppsV1Api(api).patch_namespaced_deployment_status(hub.ZONE_DEPLOYMENT, hub.ZONE_NAMESPACE, {"status": {
+        "replicas": 1, "readyReplicas": 1, "availableReplicas": 1, "updatedReplicas": 1,
+        "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
+                        "message": "Deployment has minimum availability.", "lastUpdateTime": now,
+                        "lastTransitionTime": now}]}}, _request_timeout=T)
+
+
+def test_stand_in_refuses_a_wrong_key_then_joins_with_the_footprint_identity(hub_, api):
+    """One apiserver plays hub and zone (namespaces coincide). The footprint's own builders
+    produce the env ConfigMap, the zone identity Secret and the hub certificate Secret."""
+    region, zone = "lab", "z1"
+    hub_cfg = config.Hub("lab.test", "hub.lab.test:443", "ops@lab.test", "https://acme.invalid/dir",
+                         config.Auth("anonymous"))
+    ident, wrong = zone_identity.issue(region, zone), zone_identity.issue(region, zone)
+    secret_data, cm_data = downstream.env_config(region, zone, hub_cfg)
+    _apply_zone_side(api, [
+        downstream.env_secret_manifest(region, zone, secret_data),
+        downstream.env_configmap_manifest(region, zone, cm_data),
+        downstream.identity_secret_manifest(region, zone, wrong.certificate_pem, wrong.private_key_pem),
+        downstream.hub_identity_secret_manifest(region, zone, ident.certificate_pem, ident.thumbprint),
+        downstream.deployment_manifest(region, zone, "kontinuum:test", "hash"),
+    ])
+    _mark_available(api)
+    server = KontinuumServer(region, zone, hub_.kubeconfig, hub_.kubeconfig, interval=0.2)
+    try:
+        server.poll_once()
+        assert server.last_error is None and server.state.phase == "rejected", server.state
+
+        with pytest.raises(RegistryNotJoined) as e:
+            wait_joined(hub_.kubeconfig, region, zone, timeout=1.0, interval=0.3, zone_kubeconfig=hub_.kubeconfig)
+        msg = str(e.value)
+        assert "no Kontinuum for region 'lab' zone 'z1'" in msg
+        assert f"on the zone: Deployment {hub.ZONE_NAMESPACE}/{hub.ZONE_DEPLOYMENT} is Available" in msg
+        assert f"Warning {REJECTED_REASON}" in msg and "does not match the hub's certificate" in msg
+
+        # deliver the right key, as a corrected footprint would
+        _apply_zone_side(api, [downstream.identity_secret_manifest(region, zone, ident.certificate_pem,
+                                                                   ident.private_key_pem)])
+        server.start()
+        out = RegistryJoinProvider().create({"hubKubeconfig": hub_.kubeconfig, "zoneKubeconfig": hub_.kubeconfig,
+                                             "region": region, "zone": zone, "timeout": 30})
+        assert out.outs["joined"] is True and out.outs["kontinuum"] == "lab-z1"
+        assert out.outs["endpoint"] == "https://z1.lab.lab.test"
+    finally:
+        server.stop()
