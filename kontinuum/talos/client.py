@@ -22,7 +22,7 @@ import concurrent.futures
 import gzip
 import io
 import tarfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable, TypeVar
 
 import yaml
@@ -160,7 +160,7 @@ def run_sync(coro: Awaitable[T]) -> T:
         return pool.submit(asyncio.run, coro).result()  # type: ignore[arg-type]
 
 
-def _raise_for_metadata(messages: Iterable[Any], node: str, operation: str) -> None:
+def check_messages(messages: Iterable[Any], node: str, operation: str) -> None:
     """apid reports a per-node failure inside a successful RPC: check every message."""
     for message in messages:
         meta = message.metadata
@@ -218,9 +218,6 @@ class TalosClient:
         transport = MutualTlsTransport.from_talosconfig(config, node=node, endpoint=endpoint, port=port)
         return cls(transport, deadlines=deadlines)
 
-    def with_deadlines(self, **overrides: float) -> TalosClient:
-        return TalosClient(self._transport, deadlines=replace(self.deadlines, **overrides))
-
     @property
     def node(self) -> str:
         return self._transport.node
@@ -250,7 +247,8 @@ class TalosClient:
                 left = max(0.2, min(2.0, deadline - asyncio.get_running_loop().time()))
                 reason = await self._transport.rejection(left)
                 if reason and maintenance:
-                    error = NotInMaintenanceError(self.node, operation, f"the node refuses clients without a certificate ({reason})")
+                    problem = f"the node refuses clients without a certificate ({reason})"
+                    error = NotInMaintenanceError(self.node, operation, problem)
                 elif reason:
                     error = ClientCertificateRejectedError(self.node, operation, f"TLS session ended: {reason}")
             raise error from exc
@@ -322,7 +320,7 @@ class TalosClient:
 
         async def body(channel: Any, md: dict, t: float) -> ApplyResult:
             reply = await machine_grpc.MachineServiceStub(channel).ApplyConfiguration(request, timeout=t, metadata=md)
-            _raise_for_metadata(reply.messages, self.node, "apply-config")
+            check_messages(reply.messages, self.node, "apply-config")
             first = reply.messages[0] if reply.messages else machine_pb2.ApplyConfiguration()
             return ApplyResult(
                 mode=machine_pb2.ApplyConfigurationRequest.Mode.Name(first.mode).lower().replace("_", "-"),
@@ -339,7 +337,7 @@ class TalosClient:
             reply = await machine_grpc.MachineServiceStub(channel).Bootstrap(
                 machine_pb2.BootstrapRequest(recover_etcd=recover_etcd), timeout=t, metadata=md
             )
-            _raise_for_metadata(reply.messages, self.node, "bootstrap")
+            check_messages(reply.messages, self.node, "bootstrap")
 
         self._run("bootstrap", timeout or self.deadlines.bootstrap, body)
 
@@ -350,7 +348,7 @@ class TalosClient:
             chunks = await machine_grpc.MachineServiceStub(channel).Kubeconfig(
                 empty_pb2.Empty(), timeout=t, metadata=md
             )
-            _raise_for_metadata(chunks, self.node, "kubeconfig")
+            check_messages(chunks, self.node, "kubeconfig")
             try:
                 return _extract_kubeconfig(b"".join(c.bytes for c in chunks))
             except (OSError, EOFError, tarfile.TarError, ValueError, UnicodeDecodeError) as exc:
@@ -382,7 +380,7 @@ class TalosClient:
 
         async def body(channel: Any, md: dict, t: float) -> str:
             reply = await machine_grpc.MachineServiceStub(channel).Reset(request, timeout=t, metadata=md)
-            _raise_for_metadata(reply.messages, self.node, "reset")
+            check_messages(reply.messages, self.node, "reset")
             return reply.messages[0].actor_id if reply.messages else ""
 
         return self._run("reset", timeout or self.deadlines.reset, body)
@@ -392,7 +390,7 @@ class TalosClient:
             reply = await machine_grpc.MachineServiceStub(channel).EtcdMemberList(
                 machine_pb2.EtcdMemberListRequest(query_local=query_local), timeout=t, metadata=md
             )
-            _raise_for_metadata(reply.messages, self.node, "etcd-members")
+            check_messages(reply.messages, self.node, "etcd-members")
             return [
                 EtcdMember(m.id, m.hostname, tuple(m.peer_urls), tuple(m.client_urls), m.is_learner)
                 for message in reply.messages
@@ -408,7 +406,7 @@ class TalosClient:
             reply = await machine_grpc.MachineServiceStub(channel).EtcdLeaveCluster(
                 machine_pb2.EtcdLeaveClusterRequest(), timeout=t, metadata=md
             )
-            _raise_for_metadata(reply.messages, self.node, "etcd-leave")
+            check_messages(reply.messages, self.node, "etcd-leave")
 
         self._run("etcd-leave", timeout or self.deadlines.etcd, body)
 
@@ -419,7 +417,7 @@ class TalosClient:
             reply = await machine_grpc.MachineServiceStub(channel).EtcdRemoveMemberByID(
                 machine_pb2.EtcdRemoveMemberByIDRequest(member_id=member_id), timeout=t, metadata=md
             )
-            _raise_for_metadata(reply.messages, self.node, "etcd-remove-member")
+            check_messages(reply.messages, self.node, "etcd-remove-member")
 
         self._run("etcd-remove-member", timeout or self.deadlines.etcd, body)
 
@@ -435,7 +433,7 @@ class TalosClient:
             reply = await machine_grpc.MachineServiceStub(channel).Upgrade(
                 machine_pb2.UpgradeRequest(image=image, stage=stage, force=force), timeout=t, metadata=md
             )
-            _raise_for_metadata(reply.messages, self.node, "upgrade")
+            check_messages(reply.messages, self.node, "upgrade")
             return reply.messages[0].ack if reply.messages else ""
 
         return self._run("upgrade", timeout or self.deadlines.upgrade, body)
@@ -445,7 +443,7 @@ class TalosClient:
             reply = await machine_grpc.MachineServiceStub(channel).ServiceList(
                 empty_pb2.Empty(), timeout=t, metadata=md
             )
-            _raise_for_metadata(reply.messages, self.node, "service-list")
+            check_messages(reply.messages, self.node, "service-list")
             return [
                 ServiceStatus(s.id, s.state, None if s.health.unknown else s.health.healthy)
                 for message in reply.messages
@@ -459,7 +457,7 @@ class TalosClient:
 
         async def body(channel: Any, md: dict, t: float) -> VersionInfo:
             reply = await machine_grpc.MachineServiceStub(channel).Version(empty_pb2.Empty(), timeout=t, metadata=md)
-            _raise_for_metadata(reply.messages, self.node, "version")
+            check_messages(reply.messages, self.node, "version")
             if not reply.messages:
                 raise TalosApiError(self.node, "version", "the node sent an empty reply")
             v = reply.messages[0]

@@ -153,17 +153,6 @@ def from_status(node: str, operation: str, status: Status, message: str) -> Talo
     return cls(node, operation, problem, status=status)
 
 
-def _certificate_required(exc: BaseException) -> bool:
-    """TLS 1.3 reports a server's demand for a client certificate only after the handshake,
-    as an alert on the first read; look for it along the exception chain."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ssl.SSLError) and "CERTIFICATE_REQUIRED" in (seen.reason or str(seen)).upper():
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
 def classify(exc: BaseException, *, node: str, operation: str, timeout: float, maintenance: bool) -> TalosError:
     """Turn whatever the transport raised into one typed error."""
     if isinstance(exc, TalosError):
@@ -174,10 +163,8 @@ def classify(exc: BaseException, *, node: str, operation: str, timeout: float, m
         return from_status(node, operation, exc.status, exc.message or "")
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
         return TalosTimeoutError(node, operation, f"no answer within {timeout:g} s")
-    if maintenance and _certificate_required(exc):
-        return NotInMaintenanceError(node, operation, "the node asked for a client certificate")
     if isinstance(exc, ssl.SSLCertVerificationError):
-        return TlsTrustError(node, operation, f"certificate verification failed ({exc.verify_message})")
+        return TlsTrustError(node, operation, f"certificate verification failed ({getattr(exc, 'verify_message', None) or exc})")
     if isinstance(exc, ssl.SSLError):
         hint = "; a configured node rejects clients without a certificate" if maintenance else ""
         return TlsTrustError(node, operation, f"TLS failed ({exc.reason or exc}){hint}")

@@ -89,6 +89,7 @@ class Lab:
             return
         try:
             self._call(self._stop_nodes(), timeout)
+            self._call(loop.shutdown_default_executor(), timeout)  # health probes run there
         finally:
             loop.call_soon_threadsafe(loop.stop)
             thread.join(timeout)

@@ -97,6 +97,18 @@ class NodeFacts:
     ready: bool
 
 
+def _proto_string(number: int, value: str) -> bytes:
+    """One length-delimited protobuf field: enough to encode Talos's VersionSpec
+    (version = 1) without carrying its .proto."""
+    data, length, prefix = value.encode(), len(value.encode()), bytearray()
+    while True:
+        byte, length = length & 0x7F, length >> 7
+        prefix.append(byte | (0x80 if length else 0))
+        if not length:
+            break
+    return bytes([number << 3 | 2]) + bytes(prefix) + data
+
+
 def _mac(address: str) -> str:
     """A stable, locally administered MAC derived from the node's address."""
     raw = ipaddress.ip_address(address).packed[-4:]
@@ -174,7 +186,7 @@ def specs(facts: NodeFacts) -> dict[tuple[str, str], dict[str, tuple[dict, bytes
             name: ({"description": text}, meta_pb2.NamespaceSpec(description=text).SerializeToString())
             for name, text in NAMESPACES.items()
         },
-        ("runtime", VERSION): {"version": ({"version": facts.talos_version}, b"")},
+        ("runtime", VERSION): {"version": ({"version": facts.talos_version}, _proto_string(1, facts.talos_version))},
         ("runtime", MACHINE_STATUS): {
             "machine": ({"stage": facts.stage, "status": {"ready": facts.ready, "unmetConditions": []}}, b"")
         },

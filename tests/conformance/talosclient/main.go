@@ -15,11 +15,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/safe"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 )
 
 const callTimeout = 10 * time.Second
@@ -105,6 +108,40 @@ func run(endpoint, configPath, talosconfigPath string, waitFor time.Duration) er
 		_, err := insecure.Version(ctx)
 		if status.Code(err) != codes.Unimplemented {
 			return fmt.Errorf("want Unimplemented, got %v", err)
+		}
+
+		return nil
+	}); err != nil {
+		return err
+	}
+
+	// What `talosctl -i get version` and `get links` do: COSI reads, decoded by machinery's
+	// registered resource types.
+	if err = step("maintenance COSI get version", func(ctx context.Context) error {
+		v, err := safe.StateGetByID[*runtime.Version](ctx, insecure.COSI, "version")
+		if err != nil {
+			return err
+		}
+
+		if v.TypedSpec().Version == "" {
+			return errors.New("empty version in the decoded spec")
+		}
+
+		fmt.Printf("   talos %s\n", v.TypedSpec().Version)
+
+		return nil
+	}); err != nil {
+		return err
+	}
+
+	if err = step("maintenance COSI list links", func(ctx context.Context) error {
+		links, err := safe.StateListAll[*network.LinkStatus](ctx, insecure.COSI)
+		if err != nil {
+			return err
+		}
+
+		if links.Len() == 0 {
+			return errors.New("no links listed")
 		}
 
 		return nil
