@@ -22,6 +22,7 @@ from kubernetes.client.rest import ApiException
 from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, Resource, ResourceProvider, UpdateResult
 
 from kontinuum.errors import KontinuumError
+from kontinuum.hub.registry import describe_error
 from kontinuum.kube.clients import api_client
 from providers.common import diff_inputs, with_secret_outputs
 
@@ -127,7 +128,7 @@ def wait_ready(kubeconfig: str, namespace: str, name: str, *, timeout: float, in
                 else:
                     last = f"cannot read the Certificate (HTTP {e.status} {e.reason})"
             except Exception as e:  # noqa: BLE001 - an unreachable apiserver is an observation too
-                last = f"cannot read the Certificate ({type(e).__name__}: {e})"
+                last = f"cannot read the Certificate ({describe_error(e)})"
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise CertificateNotReady(timeout_message(namespace, name, timeout, last, cert,

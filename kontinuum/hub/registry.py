@@ -91,22 +91,32 @@ def find_joined(items: list[dict], region: str, zone: str, *, now: dt.datetime |
     return Joined(name, stamp, (obj.get("spec") or {}).get("endpoint")), f"Kontinuum {name} heartbeat {stamp}"
 
 
-def timeout_message(region: str, zone: str, timeout: float, last: str, zone_side: str | None) -> str:
+def timeout_message(region: str, zone: str, timeout: float, last: str, zone_side: str | None,
+                    *, hub_unreadable: bool = False) -> str:
     zname = hub.zone_object_name(region, zone)
     seen = last + (f"; on the zone: {zone_side}" if zone_side else "")
-    return (
-        f"zone {zname} never joined the hub registry within {timeout:g} s: {seen}. "
-        "Its kontinuum-server did not start or was refused: check that the identity key in "
-        f"{hub.ZONE_NAMESPACE}/{hub.ZONE_IDENTITY_SECRET} on the zone matches the hub certificate "
-        f"{hub.HUB_NAMESPACE}/{hub.hub_identity_secret_name(region, zone)} and the server's logs "
-        f"(kubectl -n {hub.ZONE_NAMESPACE} logs deploy/{hub.ZONE_DEPLOYMENT}), then run `pulumi up` again."
-    )
+    if hub_unreadable:
+        advice = ("The hub itself could not be read: check the hub kubeconfig (stack config hubKubeconfig), that "
+                  "the hub is reachable from here and that the kontinuum.sh CRDs are installed")
+    else:
+        advice = ("Its kontinuum-server did not start or was refused: check that the identity key in "
+                  f"{hub.ZONE_NAMESPACE}/{hub.ZONE_IDENTITY_SECRET} on the zone matches the hub certificate "
+                  f"{hub.HUB_NAMESPACE}/{hub.hub_identity_secret_name(region, zone)} and the server's logs "
+                  f"(kubectl -n {hub.ZONE_NAMESPACE} logs deploy/{hub.ZONE_DEPLOYMENT})")
+    return f"zone {zname} never joined the hub registry within {timeout:g} s: {seen}. {advice}, then run `pulumi up` again."
 
 
 def describe_error(e: BaseException) -> str:
+    """One short line: an ApiException's status, or a connection error's innermost reason."""
     if isinstance(e, ApiException):
         return f"HTTP {e.status} {e.reason}"
-    return f"{type(e).__name__}: {e}"
+    reason = getattr(e, "reason", None)  # urllib3 MaxRetryError wraps the real cause
+    if isinstance(reason, BaseException):
+        return describe_error(reason)
+    text = str(e)
+    if text.startswith("<") and ": " in text:  # NewConnectionError: '<connection object at 0x…>: Failed to …'
+        text = text[text.index(": ") + 2:]
+    return f"{type(e).__name__}: {text}"
 
 
 def deployment_observation(dep: client.V1Deployment | None) -> str:
@@ -197,20 +207,21 @@ def wait_joined(hub_kubeconfig: str, region: str, zone: str, *, timeout: float, 
     """Block (bounded by `timeout`) until a Kontinuum for region/zone has a non-zero heartbeat."""
     registry = Registry.from_kubeconfig(hub_kubeconfig)
     deadline = time.monotonic() + timeout
-    last = "no observation yet"
+    last, hub_unreadable = "no observation yet", False
     try:
         while True:
             try:
                 joined, last = find_joined(registry.list(), region, zone, max_age=max_age)
+                hub_unreadable = False
                 if joined is not None:
                     return joined
             except Exception as e:  # noqa: BLE001 - an unreachable hub is an observation too
-                last = f"cannot list Kontinuums on the hub ({describe_error(e)}); check the hub kubeconfig " \
-                       "and that the kontinuum.sh CRDs are installed"
+                last, hub_unreadable = f"cannot list Kontinuums on the hub ({describe_error(e)})", True
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise RegistryNotJoined(timeout_message(region, zone, timeout, last,
-                                                        zone_side_observation(zone_kubeconfig)))
+                                                        zone_side_observation(zone_kubeconfig),
+                                                        hub_unreadable=hub_unreadable))
             time.sleep(min(interval, remaining))
     finally:
         registry.close()
