@@ -1,0 +1,123 @@
+"""ClusterHealth: Talos's own cluster health check, the convergence gate (seeds).
+
+The check runs server-side on one control-plane node (ClusterService.HealthCheck, as
+`talosctl health` does) with the expected control-plane and worker nodes; `timeout` is its
+server wait_timeout and the client deadline adds Deadlines.health_check_slack, so the node
+gives its own verdict first. Progress lines go to the Pulumi log; a failure names the last
+one. A node that is briefly unreachable is retried within the same bound. Every create and
+update runs the check again; nothing is changed on any node.
+"""
+
+from __future__ import annotations
+
+
+import pulumi
+from pulumi.dynamic import CreateResult, Resource, ResourceProvider, UpdateResult
+
+from kontinuum.errors import KontinuumError
+from kontinuum.talos.errors import ClusterUnhealthyError
+from kontinuum.talos.transport import APID_PORT
+from kontinuum.talos.waits import WAIT_DEFAULTS, NotYet, WaitTimeout, wait_until
+from providers.common import diff_inputs, with_secret_outputs
+from providers.talos_common import TRANSIENT, Inputs, info, node_client
+
+UPDATE_ON = ("address", "talosPort", "talosconfig", "controlPlaneNodes", "workerNodes", "timeout")
+
+
+class ClusterNotHealthy(KontinuumError):
+    pass
+
+
+def check_cluster_health(news: dict) -> Inputs:
+    inputs = Inputs(news)
+    inputs.string("address", "the control-plane node that runs the check")
+    inputs.port()
+    inputs.talosconfig()
+    inputs.strings("controlPlaneNodes", "control-plane node addresses")
+    inputs.optional_strings("workerNodes", "worker node addresses")
+    inputs.seconds("timeout", WAIT_DEFAULTS.health)
+    return inputs
+
+
+def run_health_check(props: dict) -> list[str]:
+    """The nodes checked; raises ClusterNotHealthy with the node's last progress line."""
+    address = props["address"]
+    client = node_client(props)
+    cps, workers = list(props["controlPlaneNodes"]), list(props.get("workerNodes") or [])
+    bound = float(props["timeout"])
+    last = ["(none yet)"]
+
+    def progress(line: str) -> None:
+        last[0] = line
+        info(f"{address}: health: {line}")
+
+    def attempt(left: float) -> None:
+        try:
+            client.health_check(cps, workers, wait_timeout=left, on_progress=progress)
+        except ClusterUnhealthyError as exc:
+            raise ClusterNotHealthy(
+                f"ClusterHealth via {address}: Talos's health check did not pass within {bound:g} s "
+                f"({exc.problem}); last progress: {last[0]}. {exc.remedy}"
+            ) from None
+        except TRANSIENT as exc:
+            raise NotYet(f"{exc.problem}; last progress: {last[0]}") from exc
+
+    try:
+        wait_until(f"ClusterHealth via {address}", attempt, timeout=bound, remedy="")
+    except WaitTimeout as exc:
+        raise ClusterNotHealthy(
+            f"ClusterHealth via {address}: the health check could not run to its end within {bound:g} s; last "
+            f"observation: {exc.last}. Check that {address} is a control plane that answers with this cluster's "
+            "talosconfig, then run `pulumi up` again."
+        ) from None
+    info(f"{address}: cluster healthy ({len(cps)} control plane, {len(workers)} worker nodes)")
+    return cps + workers
+
+
+class ClusterHealthProvider(ResourceProvider):
+    def check(self, _olds, news):
+        return check_cluster_health(news).result()
+
+    def diff(self, _id, olds, news):
+        return diff_inputs(olds, news, update_on=UPDATE_ON)
+
+    def _run(self, props: dict) -> dict:
+        checked = run_health_check(props)
+        return {**{k: props.get(k) for k in UPDATE_ON}, "healthy": True, "checkedNodes": checked}
+
+    def create(self, props):
+        return CreateResult(id_=props["address"], outs=self._run(props))
+
+    def update(self, _id, _olds, news):
+        return UpdateResult(outs=self._run(news))
+
+
+class ClusterHealth(Resource):
+    """Outputs: healthy (true), checkedNodes (control planes, then workers)."""
+
+    healthy: pulumi.Output[bool]
+    checkedNodes: pulumi.Output[list]
+
+    def __init__(
+        self,
+        resource_name: str,
+        *,
+        address: pulumi.Input[str],
+        talosconfig: pulumi.Input[str],
+        control_plane_nodes: pulumi.Input[list],
+        worker_nodes: pulumi.Input[list] | None = None,
+        talos_port: pulumi.Input[int] = APID_PORT,
+        timeout: pulumi.Input[float] = WAIT_DEFAULTS.health,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        props = {
+            "address": address,
+            "talosPort": talos_port,
+            "talosconfig": pulumi.Output.secret(talosconfig),
+            "controlPlaneNodes": control_plane_nodes,
+            "workerNodes": worker_nodes if worker_nodes is not None else [],
+            "timeout": timeout,
+            "healthy": None,
+            "checkedNodes": None,
+        }
+        super().__init__(ClusterHealthProvider(), resource_name, props, with_secret_outputs(opts, "talosconfig"))

@@ -1,0 +1,375 @@
+"""ConfigApply: one cluster member's machine config, from maintenance mode to reset.
+
+create: apply in maintenance mode (insecure TLS, mode auto). A node that already left
+maintenance mode refuses that, which is expected on a re-run (seeds: best-effort, logged):
+the config is then re-applied over mTLS in auto mode. Either way the wait ends only when the
+node answers over mTLS, after its reboot, so the next resource can rely on it.
+update: a changed config is re-applied over mTLS, auto mode, to exactly this node.
+delete: control planes leave etcd first and fail closed when that fails (a reset member
+would cost the cluster quorum); then a reset back to maintenance mode, waited for.
+Every network step is bounded by applyTimeout or resetTimeout; check and diff are pure.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import pulumi
+import yaml
+from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider, UpdateResult
+
+from kontinuum.errors import KontinuumError
+from kontinuum.talos.client import TalosClient
+from kontinuum.talos.errors import NotInMaintenanceError, TalosError, TlsTrustError
+from kontinuum.talos.transport import APID_PORT
+from kontinuum.talos.waits import WAIT_DEFAULTS, NotYet, WaitTimeout, wait_until
+from providers.common import with_secret_outputs
+from providers.talos_common import TRANSIENT, Inputs, config_hash, info, known, node_client, warn
+
+ROLES = ("controlplane", "worker")
+REPLACE_ON = ("address", "role")
+UPDATE_ON = ("talosPort", "talosconfig", "applyTimeout", "resetTimeout", "resetOnDelete", "leaveEtcdOnDelete", "skipUnreachable")
+SECRET_OUTPUTS = ("config", "talosconfig")
+REBOOT_NOTICE = 30.0  # at most this long to see a node go down after a reboot-mode apply
+
+
+class NodeNotResetError(KontinuumError):
+    """Delete refused to reset a node, or could not."""
+
+
+def check_config_apply(news: dict) -> Inputs:
+    inputs = Inputs(news)
+    inputs.string("address", "the node's address (the one discovery answered on)")
+    inputs.port()
+    inputs.string("role", "the node's role", choices=ROLES)
+    inputs.talosconfig()
+    inputs.seconds("applyTimeout", WAIT_DEFAULTS.apply)
+    inputs.seconds("resetTimeout", WAIT_DEFAULTS.reset)
+    inputs.flag("resetOnDelete", True)
+    inputs.flag("skipUnreachable", False)
+    role = inputs.news.get("role")
+    inputs.flag("leaveEtcdOnDelete", role == "controlplane" if role in ROLES else None)
+    config = inputs.secret_text("config", "the rendered machine config")
+    if config is not None and role in ROLES:
+        problem = _config_role_problem(config, role)
+        if problem:
+            inputs.fail("config", problem)
+    return inputs
+
+
+def _config_role_problem(config: str, role: str) -> str | None:
+    """The config must be a v1alpha1 document for this role; names types, never values."""
+    try:
+        docs = [d for d in yaml.safe_load_all(config) if isinstance(d, dict)]
+    except yaml.YAMLError as exc:  # the message would quote the line: say only where
+        mark = getattr(exc, "problem_mark", None)
+        return "not valid YAML" + (f" (line {mark.line + 1})" if mark else "")
+    machine = next((d.get("machine") for d in docs if d.get("version") == "v1alpha1"), None)
+    if not isinstance(machine, dict):
+        return "holds no v1alpha1 machine config document"
+    kind = machine.get("type") or "worker"
+    kind = {"init": "controlplane", "join": "worker"}.get(kind, kind)
+    if kind != role:
+        return f"is a {kind} config but role is {role}"
+    return None
+
+
+def diff_config_apply(olds: dict, news: dict) -> DiffResult:
+    """olds are the recorded outputs, which hold the config's hash, never the config."""
+    changed = [k for k in (*REPLACE_ON, *UPDATE_ON) if olds.get(k) != news.get(k)]
+    new_config = news.get("config")
+    if not known(new_config) or olds.get("configHash") != config_hash(new_config or ""):
+        changed.append("config")
+    return DiffResult(
+        changes=bool(changed), replaces=[k for k in changed if k in REPLACE_ON], delete_before_replace=True
+    )
+
+
+# --- create / update --------------------------------------------------------------------------
+
+
+def _maintenance(props: dict) -> TalosClient:
+    return TalosClient.maintenance(props["address"], port=int(props.get("talosPort") or APID_PORT))
+
+
+def _foreign(props: dict, exc: TlsTrustError) -> KontinuumError:
+    return KontinuumError(
+        f"ConfigApply {props['address']}: the node has a config, but its certificate does not verify against "
+        f"this cluster's talosconfig ({exc.problem}). It belongs to another cluster, or another machine answers "
+        "at this address. Reset that machine to maintenance mode (talosctl reset) or take it out of this pool, "
+        "then run again."
+    )
+
+
+def _apply_once(props: dict, left: float, *, prefer_mtls: bool) -> str:
+    """Send the config once, however the node takes it now: "maintenance", or the mode the
+    node chose over mTLS. Raises TRANSIENT errors while the node is off the network."""
+    address = props["address"]
+    mtls = node_client(props)
+    timeout = min(left, mtls.deadlines.apply_config)
+    if prefer_mtls:
+        try:
+            result = mtls.apply_config(props["config"], mode="auto", timeout=timeout)
+            info(f"{address}: re-applied the changed config over mTLS (auto mode; the node chose {result.mode})")
+            return result.mode
+        except TlsTrustError as exc:
+            info(f"{address}: no mTLS answer ({exc.problem}); trying maintenance mode")
+    try:
+        _maintenance(props).apply_config(props["config"], mode="auto", timeout=timeout)
+        info(f"{address}: applied the config in maintenance mode; the node installs and reboots")
+        return "maintenance"
+    except NotInMaintenanceError as exc:
+        # Expected on a re-run: the node moved on (seeds, best-effort). Converge over mTLS.
+        info(f"{address}: maintenance-mode apply refused as expected for a configured node ({exc.problem})")
+    try:
+        result = mtls.apply_config(props["config"], mode="auto", timeout=timeout)
+    except TlsTrustError as exc:
+        raise _foreign(props, exc) from exc
+    info(f"{address}: re-applied the config over mTLS (auto mode; the node chose {result.mode})")
+    return result.mode
+
+
+def _wait_answers(props: dict, started: float, after_reboot: bool) -> None:
+    """Wait until the node answers over mTLS; after a reboot-mode apply, first see it go down
+    (briefly bounded: a reboot we miss must not stall the run)."""
+    client = node_client(props)
+    address = props["address"]
+    bound = float(props["applyTimeout"])
+    if after_reboot:
+
+        def down(left: float) -> None:
+            try:
+                client.version(timeout=min(left, 5.0))
+            except TalosError:
+                return
+            raise NotYet("still answering")
+
+        try:
+            wait_until(f"{address} to go down for its reboot", down, timeout=REBOOT_NOTICE, remedy="")
+        except WaitTimeout:
+            warn(f"{address}: did not see the node go down for its reboot within {REBOOT_NOTICE:g} s; continuing")
+
+    def up(left: float) -> None:
+        try:
+            client.version(timeout=min(left, client.deadlines.version))
+        except TRANSIENT as exc:
+            raise NotYet(exc.problem) from exc
+
+    wait_until(
+        f"ConfigApply {address}: the node to answer over mTLS with its new config",
+        up,
+        timeout=bound,
+        started=started,
+        remedy=(
+            "The node may still be installing or rebooting (raise applyTimeout), or it did not take the config "
+            "(check its console); then run `pulumi up` again."
+        ),
+    )
+
+
+def converge(props: dict, *, prefer_mtls: bool) -> dict:
+    """Apply props["config"] to the node and wait until it answers over mTLS, all within
+    applyTimeout."""
+    started = time.monotonic()
+
+    def attempt(left: float) -> str:
+        try:
+            return _apply_once(props, left, prefer_mtls=prefer_mtls)
+        except TRANSIENT as exc:
+            raise NotYet(exc.problem) from exc
+
+    mode = wait_until(
+        f"ConfigApply {props['address']}: the node to accept its machine config",
+        attempt,
+        timeout=float(props["applyTimeout"]),
+        started=started,
+        remedy="Check that the machine is on and reachable on its Talos port, then run `pulumi up` again.",
+    )
+    _wait_answers(props, started, after_reboot=mode == "reboot")
+    return outputs(props)
+
+
+def outputs(props: dict) -> dict:
+    """Everything but the config itself, which only its hash represents."""
+    outs = {k: props.get(k) for k in ("address", "role", *UPDATE_ON)}
+    outs["configHash"] = config_hash(props["config"])
+    return outs
+
+
+# --- delete -----------------------------------------------------------------------------------
+
+
+class _InMaintenance(Exception):
+    """The node answered in maintenance mode: it is reset already."""
+
+
+def _in_maintenance(props: dict, left: float) -> bool:
+    try:
+        _maintenance(props).discover(timeout=min(left, 10.0))
+    except TalosError:
+        return False
+    return True
+
+
+def _teardown_step(props: dict, what: str, call: Callable[[float], object], started: float) -> object:
+    """One mTLS step of the teardown, retried while the node is off the network. Raises
+    _InMaintenance when the node turns out to be reset already."""
+
+    def attempt(left: float) -> object:
+        try:
+            return call(left)
+        except TRANSIENT as exc:
+            if isinstance(exc, TlsTrustError) and _in_maintenance(props, left):
+                raise _InMaintenance() from exc
+            raise NotYet(exc.problem) from exc
+
+    return wait_until(
+        f"ConfigApply {props['address']}: {what}",
+        attempt,
+        timeout=float(props["resetTimeout"]),
+        started=started,
+        remedy=(
+            "The node did not take the call. Power it on or fix the network and run again; if the machine is "
+            "gone for good (or now belongs elsewhere), set skipUnreachable: true so teardown skips it."
+        ),
+    )
+
+
+def _etcd_membership(client: TalosClient) -> str:
+    """"none", "last" or "member": how this control plane relates to etcd right now."""
+    services = {s.id: s for s in client.service_list()}
+    etcd = services.get("etcd")
+    if etcd is None or etcd.state != "Running":
+        return "none"
+    return "last" if len(client.etcd_members()) <= 1 else "member"
+
+
+def _leave_etcd(props: dict, client: TalosClient, started: float) -> bool:
+    """Leave etcd; True when the node was a member of a live cluster. Fails closed: only
+    "there is nothing to leave" lets the reset go ahead after a failure."""
+    address = props["address"]
+    try:
+        _teardown_step(props, "leave etcd", lambda left: client.etcd_leave(timeout=min(left, client.deadlines.etcd)), started)
+        info(f"{address}: left the etcd cluster")
+        return True
+    except TalosError as exc:
+        failure = exc
+    try:
+        membership = _etcd_membership(client)
+    except TalosError as exc:
+        membership = f"could not be read ({exc.problem})"
+    if membership == "none":
+        info(f"{address}: etcd does not run here (never bootstrapped, or left already); nothing to leave")
+        return False
+    if membership == "last":
+        info(f"{address}: the last etcd member; the cluster's etcd goes away with it")
+        return False
+    raise NodeNotResetError(
+        f"ConfigApply {address}: leaving etcd failed ({failure.problem}) and the node is still an etcd member "
+        f"(membership {membership}). Not resetting it: a reset member would cost the cluster quorum. Fix etcd on "
+        f"the node (`talosctl -n {address} service etcd`) or remove the member through another control plane "
+        "(`talosctl etcd remove-member`), then run again; to reset without leaving, set leaveEtcdOnDelete: false."
+    ) from failure
+
+
+def teardown(props: dict) -> None:
+    """Leave etcd (control planes), reset, wait for maintenance mode; all within resetTimeout."""
+    address = props["address"]
+    if props.get("resetOnDelete") is False:
+        info(f"{address}: resetOnDelete is false; the node keeps its config")
+        return
+    started = time.monotonic()
+    client = node_client(props)
+    leave = props.get("leaveEtcdOnDelete")
+    if leave is None:
+        leave = props.get("role") == "controlplane"
+    try:
+        graceful = _leave_etcd(props, client, started) if leave else True
+        _teardown_step(
+            props,
+            "accept the reset",
+            lambda left: client.reset(graceful=graceful, reboot=True, timeout=min(left, client.deadlines.reset)),
+            started,
+        )
+    except _InMaintenance:
+        info(f"{address}: already in maintenance mode; nothing to reset")
+        return
+    except WaitTimeout as exc:
+        if props.get("skipUnreachable"):
+            warn(f"{address}: skipped, unreachable (skipUnreachable is set); last observation: {exc.last}")
+            return
+        raise
+    info(f"{address}: reset (graceful={graceful}); waiting for it to come back in maintenance mode")
+
+    def back(left: float) -> None:
+        try:
+            _maintenance(props).discover(timeout=min(left, 10.0))
+        except TalosError as exc:
+            raise NotYet(exc.problem) from exc
+
+    wait_until(
+        f"ConfigApply {address}: the node to come back in maintenance mode after its reset",
+        back,
+        timeout=float(props["resetTimeout"]),
+        started=started,
+        remedy="The reset may still be wiping disks (raise resetTimeout) or hung: check the machine's console, then run again.",
+    )
+
+
+class ConfigApplyProvider(ResourceProvider):
+    def check(self, _olds, news):
+        return check_config_apply(news).result()
+
+    def diff(self, _id, olds, news):
+        return diff_config_apply(olds, news)
+
+    def create(self, props):
+        return CreateResult(id_=props["address"], outs=converge(props, prefer_mtls=False))
+
+    def update(self, _id, olds, news):
+        if olds.get("configHash") == config_hash(news["config"]):
+            return UpdateResult(outs=outputs(news))  # settings only: nothing to send
+        return UpdateResult(outs=converge(news, prefer_mtls=True))
+
+    def delete(self, _id, props):
+        teardown(props)
+
+
+class ConfigApply(Resource):
+    """A machine config applied to one member. Outputs: address, role, configHash (sha256 of
+    the config; the config itself is never an output), talosconfig (secret, for teardown)."""
+
+    address: pulumi.Output[str]
+    configHash: pulumi.Output[str]
+
+    def __init__(
+        self,
+        resource_name: str,
+        *,
+        address: pulumi.Input[str],
+        config: pulumi.Input[str],
+        talosconfig: pulumi.Input[str],
+        role: pulumi.Input[str],
+        talos_port: pulumi.Input[int] = APID_PORT,
+        apply_timeout: pulumi.Input[float] = WAIT_DEFAULTS.apply,
+        reset_timeout: pulumi.Input[float] = WAIT_DEFAULTS.reset,
+        reset_on_delete: pulumi.Input[bool] = True,
+        leave_etcd_on_delete: pulumi.Input[bool] | None = None,
+        skip_unreachable: pulumi.Input[bool] = False,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        props = {
+            "address": address,
+            "talosPort": talos_port,
+            "config": pulumi.Output.secret(config),
+            "talosconfig": pulumi.Output.secret(talosconfig),
+            "role": role,
+            "applyTimeout": apply_timeout,
+            "resetTimeout": reset_timeout,
+            "resetOnDelete": reset_on_delete,
+            "leaveEtcdOnDelete": leave_etcd_on_delete,  # None: true for control planes (check fills it)
+            "skipUnreachable": skip_unreachable,
+            "configHash": None,
+        }
+        super().__init__(ConfigApplyProvider(), resource_name, props, with_secret_outputs(opts, *SECRET_OUTPUTS))

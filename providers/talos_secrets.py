@@ -1,0 +1,117 @@
+"""TalosSecrets: a cluster's secrets bundle and admin talosconfig, issued once, never rotated.
+
+create generates a bundle (or imports an operator's `talosctl gen secrets` file) and issues
+the os:admin client certificate of the talosconfig, both exactly once. An update (cluster
+name or endpoints changed) renders the talosconfig again around the SAME certificate, read
+back from the previous talosconfig. check rejects a changed import on an existing resource;
+diff never replaces. No I/O anywhere: nothing here talks to a node.
+"""
+
+from __future__ import annotations
+
+import pulumi
+from pulumi.dynamic import CreateResult, Resource, ResourceProvider, UpdateResult
+
+from kontinuum.errors import ConfigError
+from kontinuum.talos import secrets, talosconfig
+from kontinuum.talos.pki import CertKey
+from providers.common import diff_inputs, with_secret_outputs
+from providers.talos_common import Inputs, known
+
+UPDATE_ON = ("clusterName", "endpoints")
+SECRET_OUTPUTS = ("secretsYaml", "talosconfig", "importYaml")
+
+
+def _canonical(import_yaml: str | None) -> str:
+    """The bundle an import stands for, so reformatting the same file is no change."""
+    return secrets.dump(secrets.load(import_yaml)) if import_yaml else ""
+
+
+def check_secrets(olds: dict, news: dict) -> Inputs:
+    inputs = Inputs(news)
+    inputs.string("clusterName", "the cluster name (the talosconfig context)")
+    inputs.strings("endpoints", "Talos API endpoints (control-plane addresses)")
+    new_import = news.get("importYaml")
+    if not known(new_import):
+        return inputs
+    if new_import is not None and not isinstance(new_import, str):
+        inputs.fail("importYaml", "must be the text of a talosctl secrets.yaml (secret)")
+        return inputs
+    try:
+        canonical = _canonical(new_import)
+    except ConfigError as exc:  # names the field, never its value
+        inputs.fail("importYaml", f"not a talosctl secrets.yaml: {exc}")
+        return inputs
+    if olds and known(olds.get("importYaml")):
+        try:
+            before = _canonical(olds.get("importYaml"))
+        except ConfigError:
+            before = None
+        if before != canonical:
+            inputs.fail(
+                "importYaml",
+                "Talos secrets are issued once and never rotated, but this input differs from the one the "
+                "cluster was created with (changed, added or removed). Restore the previous value; adopting "
+                "another bundle means a new cluster identity, i.e. destroying and recreating the cluster.",
+            )
+    return inputs
+
+
+def _render(props: dict, bundle: secrets.SecretsBundle, client: CertKey) -> str:
+    return talosconfig.render(props["clusterName"], list(props["endpoints"]), [], bundle.os.crt, client)
+
+
+class TalosSecretsProvider(ResourceProvider):
+    def check(self, olds, news):
+        return check_secrets(olds, news).result()
+
+    def diff(self, _id, olds, news):
+        return diff_inputs(olds, news, update_on=UPDATE_ON)  # nothing here is ever replaced
+
+    def create(self, props):
+        bundle = secrets.load(props["importYaml"]) if props.get("importYaml") else secrets.generate()
+        client = talosconfig.issue_client_cert(bundle.os)
+        outs = {
+            "clusterName": props["clusterName"],
+            "endpoints": list(props["endpoints"]),
+            "secretsYaml": secrets.dump(bundle),
+            "talosconfig": _render(props, bundle, client),
+        }
+        return CreateResult(id_=props["clusterName"], outs=outs)
+
+    def update(self, _id, olds, news):
+        bundle = secrets.load(olds["secretsYaml"])
+        previous = talosconfig.parse(olds["talosconfig"])
+        outs = {
+            "clusterName": news["clusterName"],
+            "endpoints": list(news["endpoints"]),
+            "secretsYaml": olds["secretsYaml"],
+            "talosconfig": _render(news, bundle, CertKey(previous.crt, previous.key)),
+        }
+        return UpdateResult(outs=outs)
+
+
+class TalosSecrets(Resource):
+    """Outputs (all secret): secretsYaml (talosctl format), talosconfig (context =
+    cluster_name, endpoints = endpoints, os:admin certificate issued once)."""
+
+    secretsYaml: pulumi.Output[str]
+    talosconfig: pulumi.Output[str]
+
+    def __init__(
+        self,
+        resource_name: str,
+        *,
+        cluster_name: pulumi.Input[str],
+        endpoints: pulumi.Input[list],
+        import_yaml: pulumi.Input[str] | None = None,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        props = {
+            "clusterName": cluster_name,
+            "endpoints": endpoints,
+            "importYaml": pulumi.Output.secret(import_yaml) if import_yaml is not None else None,
+            "secretsYaml": None,
+            "talosconfig": None,
+        }
+        super().__init__(TalosSecretsProvider(), resource_name, props, with_secret_outputs(opts, *SECRET_OUTPUTS))
