@@ -15,8 +15,6 @@ import pulumi_kubernetes as k8s
 
 from kontinuum.hub.crds import LABEL_REGION, LABEL_ZONE
 from kontinuum.talos import machineconfig
-from kontinuum.talos import talosconfig as talosconfig_file
-from kontinuum.talos.pki import CertKey
 from kontinuum.talos.secrets import load as load_secrets
 from kontinuum_components import addons
 from kontinuum_components.config import Pool, Zone
@@ -43,9 +41,6 @@ class TalosCluster(pulumi.ComponentResource):
         t = zone.timeouts
         child = pulumi.ResourceOptions(parent=self)
 
-        secrets = TalosSecrets(f"{name}-secrets", cluster_name=name, opts=child)
-        self.secrets = secrets
-
         def pool(p: Pool, after: list[pulumi.Resource]) -> InstancePool:
             return InstancePool(
                 f"{name}-{p.name}",
@@ -59,6 +54,7 @@ class TalosCluster(pulumi.ComponentResource):
 
         cp_pool = pool(zone.control_plane, instances)
         cp_addresses = cp_pool.members.apply(lambda ms: [m["address"] for m in ms])
+        secrets = TalosSecrets(f"{name}-secrets", cluster_name=name, endpoints=cp_addresses, opts=child)
         self.endpoint = pulumi.Output.from_input(zone.endpoint) if zone.endpoint else cp_addresses.apply(
             lambda a: f"https://{a[0]}:6443")
         talosconfig = secrets.talosconfig
@@ -79,6 +75,7 @@ class TalosCluster(pulumi.ComponentResource):
                     role=role,
                     talos_port=zone.talos_port,
                     apply_timeout=float(t["apply"]),
+                    reset_timeout=float(t["teardown"]),
                     leave_etcd_on_delete=role == "controlplane",
                     skip_unreachable=zone.skip_unreachable_cluster,
                     opts=pulumi.ResourceOptions(parent=self, depends_on=after),
@@ -120,16 +117,10 @@ class TalosCluster(pulumi.ComponentResource):
         self.ready = pulumi.Output.all(cert_manager_healthy.healthyPods, *[a.configHash for a in worker_applies]).apply(
             lambda _: True)
         self.bootstrapped = bootstrap.bootstrapped
-        self.talosconfig = pulumi.Output.all(talosconfig, cp_addresses).apply(
-            lambda args: _with_endpoints(args[0], args[1]))
+        self.talosconfig = talosconfig
         self.members = pulumi.Output.all(cp_pool.members, *[wp.members for wp in self.worker_pools.values()]).apply(
             lambda groups: [m for g in groups for m in g])
         self.addons_ready = [cilium_healthy, cert_manager_healthy]
         self.register_outputs({"endpoint": self.endpoint, "controlPlaneReady": self.control_plane_ready,
                                "ready": self.ready, "members": self.members})
 
-
-def _with_endpoints(talosconfig: str, endpoints: list[str]) -> str:
-    parsed = talosconfig_file.parse(talosconfig)
-    return talosconfig_file.render(parsed.context, list(endpoints), list(endpoints), parsed.ca,
-                                   CertKey(parsed.crt, parsed.key))

@@ -66,7 +66,8 @@ class Zone(pulumi.ComponentResource):
             zone_kubeconfig=cluster.kubeconfig, identity=identity, depends_on=cluster.addons_ready,
             opts=pulumi.ResourceOptions(parent=self))
         join = RegistryJoin(f"{name}-join", hub_kubeconfig=hub_kubeconfig, region=region, zone=zone.zone,
-                            timeout=float(t["registryJoin"]), trigger=identity.thumbprint,
+                            timeout=float(t["registryJoin"]), trigger=footprint.revision,
+                            zone_kubeconfig=cluster.kubeconfig,
                             opts=pulumi.ResourceOptions(parent=self, depends_on=[footprint]))
 
         self.url = pulumi.Output.from_input(zone_url(region, zone.zone, hub))
