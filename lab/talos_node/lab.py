@@ -12,17 +12,22 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import fcntl
 import ipaddress
 import logging
+import os
 import socket
 import ssl
+import tempfile
 import threading
+from pathlib import Path
 from typing import Iterable
 
 from lab.talos_node.cluster import ClusterRegistry, HealthProbe
 from lab.talos_node.node import APID_PORT, DEFAULT_TALOS_VERSION, EmulatedNode, check_loopback
 
 DEFAULT_POOL = "127.0.21.0/24"  # the emulator's own range for tests and ad-hoc use
+_CLAIMS = Path(tempfile.gettempdir()) / "kontinuum-talos-nodes"
 log = logging.getLogger(__name__)
 
 
@@ -48,6 +53,20 @@ def _bindable(address: str, port: int) -> bool:
     return True
 
 
+def _claim(address: str, port: int) -> int | None:
+    """Hold address:port for a node's whole life, reboots included, against every Lab in any
+    process: a node that is rebooting does not listen, so a bind test alone would hand its
+    address to someone else. An flock dies with its process. Returns the lock's fd."""
+    _CLAIMS.mkdir(mode=0o700, exist_ok=True)
+    fd = os.open(_CLAIMS / f"{address}-{port}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
 class Lab:
     def __init__(
         self,
@@ -67,6 +86,7 @@ class Lab:
         self.clusters = registry or ClusterRegistry()
         self._pool = network
         self._nodes: list[EmulatedNode] = []
+        self._claims: dict[str, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
@@ -96,6 +116,9 @@ class Lab:
             loop.close()
             self._loop = self._thread = None
             self._nodes.clear()
+            for fd in self._claims.values():
+                os.close(fd)
+            self._claims.clear()
 
     def __enter__(self) -> Lab:
         return self.start()
@@ -127,18 +150,29 @@ class Lab:
                 return node
         raise KeyError(f"no emulated node at {address}")
 
-    def free_address(self) -> str:
-        """The next pool address no node of this lab uses and nothing else listens on."""
-        taken = {n.address for n in self._nodes}
-        for host in self._pool.hosts():
-            address = str(host)
-            if address not in taken and _bindable(address, self.port):
-                return address
+    def _reserve(self, address: str | None) -> tuple[str, int]:
+        """Claim `address`, or the first free one of the pool; returns it with its claim."""
+        candidates = [check_loopback(address)] if address else [str(h) for h in self._pool.hosts()]
+        for candidate in candidates:
+            fd = _claim(candidate, self.port)
+            if fd is None:
+                continue
+            if _bindable(candidate, self.port):
+                return candidate, fd
+            os.close(fd)
+        if address:
+            raise RuntimeError(f"{address}:{self.port} is in use (by another emulated node or another program)")
         raise RuntimeError(f"no free address left in {self._pool} for another emulated Talos node")
+
+    def free_address(self) -> str:
+        """A pool address that nothing uses right now, e.g. for an emulator in another process."""
+        address, fd = self._reserve(None)
+        os.close(fd)
+        return address
 
     def add_node(self, address: str | None = None, *, reboot_delay: float | None = None) -> EmulatedNode:
         """Start a node in maintenance mode and return once it listens on address:50000."""
-        address = check_loopback(address) if address else self.free_address()
+        address, claim = self._reserve(address)
 
         async def create() -> EmulatedNode:
             node = EmulatedNode(
@@ -157,7 +191,12 @@ class Lab:
                 raise
             return node
 
-        node = self._call(create())
+        try:
+            node = self._call(create())
+        except BaseException:
+            os.close(claim)
+            raise
+        self._claims[address] = claim
         self._nodes.append(node)
         return node
 
