@@ -113,7 +113,7 @@ class NodeApi:
         if request.dry_run:
             return self._applied(mode, f"Dry run summary:\n{details} (skipped in dry-run).")
         if mode == Mode.REBOOT:
-            call.after_reply.append(lambda: node.schedule_reboot(lambda: self._switch_config(new)))
+            call.after_reply.append(lambda: node.schedule_reboot(lambda: node.adopt(new)))
         elif mode == Mode.STAGED:
             node.staged = new
         else:
@@ -129,16 +129,8 @@ class NodeApi:
         new = self._parse(request.data)
         if request.dry_run:
             return self._applied(Mode.REBOOT, "Dry run summary:\nNode is running in maintenance mode and does not have a config yet.")
-        call.after_reply.append(lambda: self.node.schedule_reboot(lambda: self._switch_config(new)))
+        call.after_reply.append(lambda: self.node.schedule_reboot(lambda: self.node.adopt(new)))
         return self._applied(Mode.REBOOT, "Applied configuration with a reboot")
-
-    def _switch_config(self, new: AppliedConfig) -> None:
-        node, old_key = self.node, self.node.cluster_key
-        if old_key and old_key != new.cluster_key:
-            node.registry.leave(old_key, node.address)
-        node.config = new
-        if old_key and old_key != new.cluster_key:
-            node.registry.forget_if_empty(old_key)
 
     @staticmethod
     def _applied(mode: int, details: str) -> machine_pb2.ApplyConfigurationResponse:

@@ -216,6 +216,14 @@ class EmulatedNode:
             self._faults = replace(faults, fail_next=faults.fail_next - 1)
         raise GRPCError(faults.fail_status, faults.fail_message)
 
+    def adopt(self, config: AppliedConfig) -> None:
+        """Take `config` (while down for a reboot); leaving a cluster leaves its etcd."""
+        old_key = self.cluster_key
+        self.config = config
+        if old_key and old_key != config.cluster_key:
+            self.registry.leave(old_key, self.address)
+            self.registry.forget_if_empty(old_key)
+
     def schedule_reboot(self, transition: Callable[[], None] | None, *, power_off: bool = False) -> None:
         """Reboot after the current reply has gone out; `transition` runs while the node is
         down (new config, forgotten config, new version)."""
@@ -256,7 +264,8 @@ class EmulatedNode:
             if transition is not None:
                 transition()
             if self.staged is not None:
-                self.config, self.staged = self.staged, None
+                self.adopt(self.staged)
+                self.staged = None
             if self.staged_version is not None:
                 self.talos_version, self.staged_version = self.staged_version, None
             if power_off:

@@ -225,6 +225,11 @@ def test_configured_node_lifecycle(lab, cp):
 
     again = admin.apply_config(cluster.config())
     assert again.mode == "no-reboot" and node.mode == "configured"
+    assert admin.apply_config(cluster.config(), mode="staged").mode == "staged"
+    boots = node.boots
+    assert admin.apply_config(cluster.config(), mode="reboot").details == "Applied configuration with a reboot"
+    node.wait_for("configured", UP, after_boot=boots)
+    assert [m.hostname for m in admin.etcd_members()] == [node.hostname]  # still its cluster's member
     with pytest.raises(InvalidMachineConfigError):
         admin.apply_config(b"version: v1alpha1\nmachine: {}\n")
 
