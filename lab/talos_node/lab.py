@@ -21,7 +21,6 @@ import ssl
 import tempfile
 import threading
 from pathlib import Path
-from typing import Iterable
 
 from lab.talos_node.cluster import ClusterRegistry, HealthProbe
 from lab.talos_node.node import APID_PORT, DEFAULT_TALOS_VERSION, EmulatedNode, check_loopback
@@ -206,6 +205,3 @@ class Lab:
     def set_health_probe(self, cluster_key: str, probe: HealthProbe | None) -> None:
         """See ClusterRegistry.set_health_probe."""
         self.clusters.set_health_probe(cluster_key, probe)
-
-    def cluster_nodes(self, cluster_key: str) -> Iterable[EmulatedNode]:
-        return self.clusters.nodes_of(cluster_key)
