@@ -45,7 +45,7 @@ def run_health_check(props: dict) -> list[str]:
     client = node_client(props)
     cps, workers = list(props["controlPlaneNodes"]), list(props.get("workerNodes") or [])
     bound = float(props["timeout"])
-    last = ["(none yet)"]
+    last = ["none received"]
 
     def progress(line: str) -> None:
         last[0] = line

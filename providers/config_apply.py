@@ -24,7 +24,7 @@ from kontinuum.talos.client import TalosClient
 from kontinuum.talos.errors import NotInMaintenanceError, TalosError, TlsTrustError
 from kontinuum.talos.transport import APID_PORT
 from kontinuum.talos.waits import WAIT_DEFAULTS, NotYet, WaitTimeout, wait_until
-from providers.common import with_secret_outputs
+from providers.common import diff_inputs, with_secret_outputs
 from providers.talos_common import TRANSIENT, Inputs, config_hash, info, known, node_client, warn
 
 ROLES = ("controlplane", "worker")
@@ -77,13 +77,11 @@ def _config_role_problem(config: str, role: str) -> str | None:
 
 def diff_config_apply(olds: dict, news: dict) -> DiffResult:
     """olds are the recorded outputs, which hold the config's hash, never the config."""
-    changed = [k for k in (*REPLACE_ON, *UPDATE_ON) if olds.get(k) != news.get(k)]
+    result = diff_inputs(olds, news, replace_on=REPLACE_ON, update_on=UPDATE_ON)
     new_config = news.get("config")
     if not known(new_config) or olds.get("configHash") != config_hash(new_config or ""):
-        changed.append("config")
-    return DiffResult(
-        changes=bool(changed), replaces=[k for k in changed if k in REPLACE_ON], delete_before_replace=True
-    )
+        result.changes = True
+    return result
 
 
 # --- create / update --------------------------------------------------------------------------

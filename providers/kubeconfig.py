@@ -6,7 +6,7 @@ bootstrapped cluster), then GET /version with the kubeconfig's own credentials a
 hardware starts the apiserver minutes after bootstrap; the lab only after bootstrap). Each
 try has a short deadline; past `timeout` the error says which condition never held. The
 kubeconfig is fetched once per wait (every fetch mints a new admin certificate) and only
-fetched again when the node or talosconfig changes.
+fetched again when the node to ask changes (`pulumi up --replace` forces a new one).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from kontinuum.talos.waits import WAIT_DEFAULTS, NotYet, WaitTimeout, wait_until
 from providers.common import diff_inputs, with_secret_outputs
 from providers.talos_common import Inputs, info, node_client
 
-FETCH_ON = ("address", "talosPort", "talosconfig")
-UPDATE_ON = (*FETCH_ON, "timeout", "requestTimeout")
+FETCH_ON = ("address", "talosPort")  # which node to ask; a re-rendered talosconfig is no reason
+UPDATE_ON = (*FETCH_ON, "talosconfig", "timeout", "requestTimeout")
 SECRET_OUTPUTS = ("kubeconfig", "talosconfig")
 
 
@@ -135,7 +135,7 @@ class KubeconfigProvider(ResourceProvider):
 
     def update(self, _id, olds, news):
         outs = {k: news.get(k) for k in UPDATE_ON}
-        if all(olds.get(k) == news.get(k) for k in FETCH_ON):  # bounds only: keep what we have
+        if all(olds.get(k) == news.get(k) for k in FETCH_ON):  # same node: keep what we have
             kept = {k: olds.get(k) for k in ("kubeconfig", "endpoint", "kubernetesVersion")}
             return UpdateResult(outs={**outs, **kept})
         return UpdateResult(outs={**outs, **fetch(news)})
