@@ -40,24 +40,29 @@ def lab():
 class Cluster:
     """A fresh cluster identity (through TalosSecretsProvider) and fresh maintenance nodes."""
 
-    def __init__(self, lab: Lab, control_planes: int, endpoint: str | None = None) -> None:
+    def __init__(self, lab: Lab, control_planes: int, workers: int = 0, endpoint: str | None = None) -> None:
         self.lab = lab
-        self.nodes = lab.add_nodes(control_planes)
+        self.nodes = lab.add_nodes(control_planes + workers)
         self.addresses = [n.address for n in self.nodes]
+        self.roles = {a: "controlplane" if i < control_planes else "worker" for i, a in enumerate(self.addresses)}
+        self.control_planes = self.addresses[:control_planes]
+        self.workers = self.addresses[control_planes:]
         self.secrets = TalosSecretsProvider().create(
-            {"clusterName": "t", "endpoints": self.addresses[:1]}
+            {"clusterName": "t", "endpoints": self.control_planes}
         ).outs
         self.bundle = secrets.load(self.secrets["secretsYaml"])
-        self.endpoint = endpoint or f"https://{self.addresses[0]}:6443"
+        self.spec = {"name": "t", "endpoint": endpoint or f"https://{self.addresses[0]}:6443",
+                     "kubernetes_version": "1.35.4", "workers": (mc.PoolSpec("w", workers),) if workers else ()}
 
-    def config(self, **spec) -> str:
-        return mc.render(mc.ClusterSpec(name="t", endpoint=self.endpoint, kubernetes_version="1.35.4", **spec),
-                         self.bundle).decode()
+    def config(self, role: str = "controlplane", **spec) -> str:
+        pool = mc.CONTROLPLANE if role == "controlplane" else "w"
+        return mc.render(mc.ClusterSpec(**{**self.spec, **spec}), self.bundle, pool=pool).decode()
 
     def props(self, address: str, **extra) -> dict:
-        props = {"address": address, "talosPort": 50000, "role": "controlplane", "config": self.config(),
+        role = self.roles[address]
+        props = {"address": address, "talosPort": 50000, "role": role, "config": self.config(role),
                  "talosconfig": self.secrets["talosconfig"], "applyTimeout": BOUND, "resetTimeout": BOUND,
-                 "resetOnDelete": True, "leaveEtcdOnDelete": True, "skipUnreachable": False}
+                 "resetOnDelete": True, "leaveEtcdOnDelete": role == "controlplane", "skipUnreachable": False}
         return {**props, **extra}
 
     def apply_all(self) -> dict[str, dict]:
@@ -149,11 +154,14 @@ def test_create_on_an_already_configured_node_reapplies_over_mtls(lab, caplog):
 
 
 def test_delete_leaves_etcd_and_resets_to_maintenance(lab):
-    cluster = Cluster(lab, 2)
+    cluster = Cluster(lab, 2, workers=1)
     cluster.apply_all()
     cluster.bootstrap()
-    _, b = cluster.nodes
+    _, b, w = cluster.nodes
     assert len(cluster.state.members) == 2
+
+    ConfigApplyProvider().delete(w.address, cluster.props(w.address))
+    assert w.mode == "maintenance" and w.calls.get("Reset") == 1 and "EtcdLeaveCluster" not in w.calls
 
     ConfigApplyProvider().delete(b.address, cluster.props(b.address))
 
@@ -256,10 +264,11 @@ def test_kubeconfig_output_once_the_apiserver_answers_with_its_credentials(lab, 
 
 
 def test_cluster_health_passes_and_fails_with_the_last_progress_line(lab):
-    cluster = Cluster(lab, 1)
+    cluster = Cluster(lab, 1, workers=1)
     cluster.apply_all()
     cluster.bootstrap()
-    props = cluster.talos(cluster.addresses[0], controlPlaneNodes=cluster.addresses, workerNodes=[], timeout=BOUND)
+    props = cluster.talos(cluster.addresses[0], controlPlaneNodes=cluster.control_planes,
+                          workerNodes=cluster.workers, timeout=BOUND)
 
     outs = ClusterHealthProvider().create(props).outs
     assert outs["healthy"] is True and outs["checkedNodes"] == cluster.addresses
