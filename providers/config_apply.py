@@ -31,7 +31,6 @@ ROLES = ("controlplane", "worker")
 REPLACE_ON = ("address", "role")
 UPDATE_ON = ("talosPort", "talosconfig", "applyTimeout", "resetTimeout", "resetOnDelete", "leaveEtcdOnDelete", "skipUnreachable")
 SECRET_OUTPUTS = ("config", "talosconfig")
-REBOOT_NOTICE = 30.0  # at most this long to see a node go down after a reboot-mode apply
 
 
 class NodeNotResetError(KontinuumError):
@@ -138,15 +137,16 @@ def _wait_answers(props: dict, started: float, after_reboot: bool) -> None:
 
         def down(left: float) -> None:
             try:
-                client.version(timeout=min(left, 5.0))
+                client.version(timeout=min(left, client.deadlines.version))
             except TalosError:
                 return
             raise NotYet("still answering")
 
         try:
-            wait_until(f"{address} to go down for its reboot", down, timeout=REBOOT_NOTICE, remedy="")
+            wait_until(f"{address} to go down for its reboot", down, timeout=WAIT_DEFAULTS.reboot_notice, remedy="")
         except WaitTimeout:
-            warn(f"{address}: did not see the node go down for its reboot within {REBOOT_NOTICE:g} s; continuing")
+            notice = WAIT_DEFAULTS.reboot_notice
+            warn(f"{address}: did not see the node go down for its reboot within {notice:g} s; continuing")
 
     def up(left: float) -> None:
         try:
@@ -203,8 +203,9 @@ class _InMaintenance(Exception):
 
 
 def _in_maintenance(props: dict, left: float) -> bool:
+    client = _maintenance(props)
     try:
-        _maintenance(props).discover(timeout=min(left, 10.0))
+        client.discover(timeout=min(left, client.deadlines.discover))
     except TalosError:
         return False
     return True
@@ -301,8 +302,9 @@ def teardown(props: dict) -> None:
     info(f"{address}: reset (graceful={graceful}); waiting for it to come back in maintenance mode")
 
     def back(left: float) -> None:
+        maintenance = _maintenance(props)
         try:
-            _maintenance(props).discover(timeout=min(left, 10.0))
+            maintenance.discover(timeout=min(left, maintenance.deadlines.discover))
         except TalosError as exc:
             raise NotYet(exc.problem) from exc
 

@@ -28,6 +28,7 @@ class WaitBounds:
     bootstrap: float = 120.0  # node accepts Bootstrap (or says it already ran)
     kubeconfig: float = 900.0  # Kubeconfig RPC answers and its apiserver serves /version
     health: float = 900.0  # Talos's own cluster health check (server wait_timeout)
+    reboot_notice: float = 30.0  # to see a node go down after an apply that reboots it
     http_request: float = 5.0  # one try of an HTTP call inside a wait
     first_pause: float = 0.25  # pause after the first failed try; grows 1.5x per try
     max_pause: float = 2.0

@@ -153,6 +153,19 @@ def test_create_on_an_already_configured_node_reapplies_over_mtls(lab, caplog):
     assert "maintenance-mode apply refused" in caplog.text and "over mTLS" in caplog.text
 
 
+def test_a_change_the_node_applies_with_a_reboot_is_waited_out(lab):
+    cluster = Cluster(lab, 1, workers=1)
+    cp = cluster.nodes[0]
+    ConfigApplyProvider().create(cluster.props(cp.address))
+    cp.reset_calls()
+    as_worker = cluster.props(cp.address, role="worker", config=cluster.config("worker"))
+
+    ConfigApplyProvider().create(as_worker)  # auto mode: a new machine type needs a reboot
+
+    assert cp.calls.get("ApplyConfiguration") == 1
+    assert cp.mode == "configured" and not cp.is_control_plane  # returned only once back from the reboot
+
+
 def test_delete_leaves_etcd_and_resets_to_maintenance(lab):
     cluster = Cluster(lab, 2, workers=1)
     cluster.apply_all()
