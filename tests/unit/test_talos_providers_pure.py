@@ -224,3 +224,28 @@ def test_resources_mark_secrets_and_pickle_stateless_providers(monkeypatch, tc):
             assert props[key] is None or isinstance(props[key], pulumi.Output), (name, key)
         assert not vars(provider)  # stateless: the pickle in the state holds no credentials
         assert type(dill.loads(dill.dumps(provider, recurse=True))) is type(provider)
+
+
+# --- the bounded wait ---------------------------------------------------------------------------
+
+
+def test_wait_until_tries_at_least_once_stays_in_its_bound_and_names_the_last_observation():
+    from kontinuum.talos.waits import NotYet, WaitTimeout, wait_until
+
+    now = [0.0]
+    tries = []
+
+    def probe(left):
+        tries.append(left)
+        now[0] += 1.0  # every try takes a second
+        raise NotYet(f"try {len(tries)}")
+
+    with pytest.raises(WaitTimeout) as err:
+        wait_until("the thing", probe, timeout=5, remedy="Do this.", clock=lambda: now[0],
+                   sleep=lambda s: now.__setitem__(0, now[0] + s))
+    assert now[0] <= 5 + 1 and all(0 < left <= 5 for left in tries)
+    assert str(err.value) == f"the thing: not reached within 5 s; last observation: try {len(tries)}. Do this."
+
+    assert wait_until("x", lambda left: "ok", timeout=0, remedy="") == "ok"  # a spent bound still tries once
+    with pytest.raises(ValueError):  # anything but NotYet ends the wait at once
+        wait_until("x", lambda left: (_ for _ in ()).throw(ValueError("fatal")), timeout=5, remedy="")
