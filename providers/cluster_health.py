@@ -45,22 +45,23 @@ def run_health_check(props: dict) -> list[str]:
     client = node_client(props)
     cps, workers = list(props["controlPlaneNodes"]), list(props.get("workerNodes") or [])
     bound = float(props["timeout"])
-    last = ["none received"]
+    seen = []  # progress lines; the client adds the last one to its errors
 
     def progress(line: str) -> None:
-        last[0] = line
+        seen.append(line)
         info(f"{address}: health: {line}")
 
     def attempt(left: float) -> None:
         try:
             client.health_check(cps, workers, wait_timeout=left, on_progress=progress)
         except ClusterUnhealthyError as exc:
+            quiet = "" if seen else "; the node sent no progress line"
             raise ClusterNotHealthy(
                 f"ClusterHealth via {address}: Talos's health check did not pass within {bound:g} s "
-                f"({exc.problem}); last progress: {last[0]}. {exc.remedy}"
+                f"({exc.problem}{quiet}). {exc.remedy}"
             ) from None
         except TRANSIENT as exc:
-            raise NotYet(f"{exc.problem}; last progress: {last[0]}") from exc
+            raise NotYet(exc.problem) from exc
 
     try:
         wait_until(f"ClusterHealth via {address}", attempt, timeout=bound, remedy="")
