@@ -68,6 +68,7 @@ class ClusterRegistry:
         self._probes: dict[str, HealthProbe] = {}
         self._issuers: dict[str, CertKey] = {}
         self._nodes: dict[str, EmulatedNode] = {}
+        self._bootstrap_listeners: list[Callable[[str], None]] = []
 
     # --- nodes --------------------------------------------------------------------------
 
@@ -110,6 +111,18 @@ class ClusterRegistry:
             state = self._clusters.get(key, ClusterState(key))
             return ClusterState(state.key, state.bootstrapped, dict(state.members))
 
+    def bootstrapped(self) -> list[str]:
+        """Keys of the clusters that are bootstrapped now (what the lab runs control planes for)."""
+        with self._lock:
+            return [key for key, state in self._clusters.items() if state.bootstrapped]
+
+    def on_bootstrap(self, listener: Callable[[str], None]) -> None:
+        """Call `listener(cluster_key)` right after a cluster is bootstrapped, before the
+        Bootstrap call returns (the lab uses it to start the cluster's control plane). It runs on
+        the emulator's loop thread: it must return at once and never call back into a node."""
+        with self._lock:
+            self._bootstrap_listeners.append(listener)
+
     def bootstrap(self, key: str, node: EmulatedNode) -> None:
         """Start etcd on `node`; the other configured control planes of the cluster join it."""
         with self._lock:
@@ -121,6 +134,9 @@ class ClusterRegistry:
             for other in self.nodes_of(key):
                 if other is not node and other.is_control_plane and other.is_up:
                     self._join_locked(state, other)
+            listeners = list(self._bootstrap_listeners)
+        for listener in listeners:
+            listener(key)
 
     def join(self, key: str, node: EmulatedNode) -> None:
         """A control plane booted with this cluster's config joins etcd once it is bootstrapped."""

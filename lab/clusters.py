@@ -1,0 +1,657 @@
+"""Real Kubernetes control planes for the lab's emulated Talos clusters.
+
+When an emulated cluster is bootstrapped, the ClusterManager starts, for that cluster:
+- a ControlPlane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) built from the
+  CAs and keys in the applied machine config, bound to the cluster endpoint's loopback address
+  (the first control plane's) at the endpoint's port, so the kubeconfig the Talos Kubeconfig RPC
+  hands out works unchanged;
+- kwok as every member's kubelet (lab/kwok): a Node per member, registered by the lab the way a
+  kubelet registers itself, NotReady until the Cilium agent pod on it is Ready;
+- the lab stand-ins (cert issuer, kontinuum-server) against it;
+- a health probe for the emulator's HealthCheck, read from the real apiserver.
+
+A ClusterRunner owns one cluster. All of its child processes are started from the runner's own
+thread and stopped by it (by pid), and they die with that thread if it ever ends (PDEATHSIG).
+The control plane stops when every node of the cluster was reset, or the node that hosts it was.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import ipaddress
+import logging
+import shutil
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+from urllib.parse import urlsplit
+
+import yaml
+from kubernetes import client
+
+from kontinuum.talos.pki import CertKey
+from lab import kwok
+from lab.controlplane import ClusterPKI, ControlPlane
+from lab.process import Managed
+from lab.standins.loop import REQUEST_TIMEOUT, api_client, describe
+from lab.talos_node.cluster import ClusterRegistry, HealthQuery
+from lab.talos_node.node import EmulatedNode
+
+log = logging.getLogger(__name__)
+
+POLL = 1.0  # seconds between a runner's reconciliations
+PROBE_TIMEOUT = 5.0  # seconds per API call of a health probe
+START_ATTEMPTS = 3
+CNI_NAMESPACE = "kube-system"
+CNI_SELECTOR = "app.kubernetes.io/part-of=cilium"
+
+CHECK_NODES_REPORT = "all k8s nodes to report"
+CHECK_CONTROL_PLANE = "all control plane components to be ready"
+CHECK_NODES_READY = "all k8s nodes to report ready"
+CHECK_CILIUM = "cilium to report ready"  # the lab's analogue of Talos's "kube-proxy/coredns to report ready"
+
+CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+
+# --- what the lab reads from an applied machine config (pure) -----------------------------------
+
+
+def _b64(doc: dict, *path: str) -> bytes:
+    value: object = doc
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    if not value:
+        raise ValueError(f"the machine config has no cluster.{'.'.join(path)}")
+    return base64.b64decode(str(value))
+
+
+def _v1alpha1(raw: bytes) -> dict:
+    for doc in yaml.safe_load_all(raw):
+        if isinstance(doc, dict) and doc.get("version") == "v1alpha1" and "kind" not in doc:
+            return doc
+    raise ValueError("the machine config has no v1alpha1 document")
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """A control plane's view of its cluster, from its applied machine config."""
+
+    name: str
+    endpoint: str
+    pki: ClusterPKI
+    pod_subnet: str
+    service_subnet: str
+    allow_scheduling_on_control_planes: bool
+
+    @property
+    def endpoint_host(self) -> str:
+        return urlsplit(self.endpoint).hostname or ""
+
+    @property
+    def endpoint_port(self) -> int:
+        return urlsplit(self.endpoint).port or 6443
+
+
+def read_cluster_config(raw: bytes) -> ClusterConfig:
+    """The CAs, keys and networks of a control plane's config (base64 PEM, Talos key labels)."""
+    doc = _v1alpha1(raw)
+    cluster = doc.get("cluster") or {}
+    network = cluster.get("network") or {}
+    pki_ = ClusterPKI(
+        ca=CertKey(_b64(cluster, "ca", "crt"), _b64(cluster, "ca", "key")),
+        aggregator_ca=CertKey(_b64(cluster, "aggregatorCA", "crt"), _b64(cluster, "aggregatorCA", "key")),
+        etcd_ca=CertKey(_b64(cluster, "etcd", "ca", "crt"), _b64(cluster, "etcd", "ca", "key")),
+        service_account_key=_b64(cluster, "serviceAccount", "key"),
+    )
+    return ClusterConfig(
+        name=str(cluster.get("clusterName") or "talos-default"),
+        endpoint=str((cluster.get("controlPlane") or {}).get("endpoint") or ""),
+        pki=pki_,
+        pod_subnet=str((network.get("podSubnets") or ["10.244.0.0/16"])[0]),
+        service_subnet=str((network.get("serviceSubnets") or ["10.96.0.0/12"])[0]),
+        allow_scheduling_on_control_planes=bool(cluster.get("allowSchedulingOnControlPlanes")),
+    )
+
+
+@dataclass(frozen=True)
+class MemberInfo:
+    """One emulated node as its kubelet would register it."""
+
+    hostname: str
+    address: str
+    control_plane: bool
+    node_labels: dict[str, str] = field(default_factory=dict)
+    kubelet_version: str = "v1.35.4"
+    talos_version: str = "v1.13.0"
+
+    @classmethod
+    def of(cls, node: EmulatedNode) -> "MemberInfo":
+        assert node.config is not None
+        machine = _v1alpha1(node.config.raw).get("machine") or {}
+        image = str((machine.get("kubelet") or {}).get("image") or "")
+        tag = image.rsplit(":", 1)[1] if ":" in image.rsplit("/", 1)[-1] else "v1.35.4"
+        labels = {str(k): str(v) for k, v in (machine.get("nodeLabels") or {}).items()}
+        return cls(node.hostname, node.address, node.is_control_plane, labels, tag, node.talos_version)
+
+
+def pod_cidr(pod_subnet: str, taken: Iterable[str]) -> str:
+    """The first /24 of the pod subnet (or the subnet itself, if smaller) not taken yet."""
+    net = ipaddress.ip_network(pod_subnet, strict=False)
+    prefix = 24 if net.version == 4 else 64
+    if net.prefixlen >= prefix:
+        return str(net)
+    used = set(taken)
+    for sub in net.subnets(new_prefix=prefix):
+        if str(sub) not in used:
+            return str(sub)
+    raise RuntimeError(f"pod subnet {pod_subnet} has no free /{prefix} left")
+
+
+def node_manifest(member: MemberInfo, *, cluster: str, cidr: str, allow_scheduling_on_control_planes: bool) -> dict:
+    """The Node a kubelet registers on a Talos machine (status included: Nodes take it on create)."""
+    labels = {
+        "beta.kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "kubernetes.io/os": "linux",
+        HOSTNAME_LABEL: member.hostname,
+        **member.node_labels,
+    }
+    taints = []
+    if member.control_plane:
+        labels[CONTROL_PLANE_LABEL] = ""
+        if not allow_scheduling_on_control_planes:
+            taints.append({"key": CONTROL_PLANE_LABEL, "effect": "NoSchedule"})
+    resources = {"cpu": "4", "memory": "8Gi", "pods": "110", "ephemeral-storage": "100Gi"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": member.hostname,
+            "labels": labels,
+            "annotations": {
+                kwok.MANAGED_ANNOTATION: cluster,
+                "node.alpha.kubernetes.io/ttl": "0",
+                "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+            },
+        },
+        "spec": {"podCIDR": cidr, "podCIDRs": [cidr], **({"taints": taints} if taints else {})},
+        "status": {
+            "addresses": [
+                {"type": "InternalIP", "address": member.address},
+                {"type": "Hostname", "address": member.hostname},
+            ],
+            "capacity": resources,
+            "allocatable": resources,
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {
+                "architecture": "amd64",
+                "operatingSystem": "linux",
+                "osImage": f"Talos ({member.talos_version})",
+                "kernelVersion": "6.12.0-talos",
+                "kubeletVersion": member.kubelet_version,
+                "kubeProxyVersion": "",
+                "containerRuntimeVersion": "containerd://2.1.0 (lab: kwok)",
+                "machineID": hashlib.sha256(member.address.encode()).hexdigest()[:32],
+                "systemUUID": "",
+                "bootID": "",
+            },
+        },
+    }
+
+
+# --- health, from what the apiserver says (pure) -------------------------------------------------
+
+
+def _go_quoted(items: Iterable[str]) -> str:
+    """Go's %q of a []string, as Talos prints node IP lists."""
+    return "[" + " ".join(f'"{i}"' for i in items) + "]"
+
+
+def _condition(obj, type_: str):
+    return next((c for c in (obj.status.conditions or []) if c.type == type_), None) if obj.status else None
+
+
+def internal_ip(node) -> str | None:
+    return next((a.address for a in (node.status.addresses or []) if a.type == "InternalIP"), None) if node.status else None
+
+
+def nodes_report_problem(expected: Iterable[str], nodes: list) -> str | None:
+    want = sorted(set(expected))
+    got = sorted({ip for n in nodes if (ip := internal_ip(n))})
+    if want == got:
+        return None
+    return f"expected node internal IPs {_go_quoted(want)} but got {_go_quoted(got)}"
+
+
+def nodes_ready_problem(nodes: list) -> str | None:
+    not_ready = [n.metadata.name for n in nodes if not ((c := _condition(n, "Ready")) and c.status == "True")]
+    return f"some nodes are not ready: [{' '.join(not_ready)}]" if not_ready else None
+
+
+def _why_not_ready(pod) -> str:
+    phase = (pod.status.phase if pod.status else None) or "Pending"
+    if not pod.spec.node_name:
+        scheduled = _condition(pod, "PodScheduled")
+        reason = (scheduled.message or scheduled.reason) if scheduled and scheduled.status == "False" else "not scheduled yet"
+        return f"{phase}: {reason}"
+    return f"{phase} on {pod.spec.node_name}"
+
+
+def cilium_problem(pods: list, daemonsets: list) -> str | None:
+    """None when Cilium is not installed (no agent DaemonSet) or all its pods are Ready."""
+    if not daemonsets:
+        return None
+    live = [p for p in pods if not p.metadata.deletion_timestamp and (p.status and p.status.phase) != "Failed"]
+    if not live:
+        return f"no pods found for namespace {CNI_NAMESPACE!r} and label selector {CNI_SELECTOR!r}"
+    not_ready = [p for p in live if not ((c := _condition(p, "Ready")) and c.status == "True")]
+    if not not_ready:
+        return None
+    details = "; ".join(f"{p.metadata.name} ({_why_not_ready(p)})" for p in sorted(not_ready, key=lambda p: p.metadata.name))
+    return f"some pods are not ready: {' '.join(details.splitlines())}"
+
+
+def cni_ready_nodes(pods: list) -> set[str]:
+    """Nodes whose Cilium agent (a DaemonSet pod of the CNI selector) is Ready."""
+    ready = set()
+    for p in pods:
+        owners = p.metadata.owner_references or []
+        if p.metadata.deletion_timestamp or not p.spec.node_name or not any(o.kind == "DaemonSet" for o in owners):
+            continue
+        if (c := _condition(p, "Ready")) and c.status == "True":
+            ready.add(p.spec.node_name)
+    return ready
+
+
+# --- one cluster ---------------------------------------------------------------------------------
+
+
+Check = tuple[str, Optional[str]]
+
+
+class ClusterRunner:
+    """Runs one emulated cluster's control plane, kubelets and stand-ins from its own thread."""
+
+    def __init__(
+        self,
+        registry: ClusterRegistry,
+        key: str,
+        host: EmulatedNode,
+        workdir: Path,
+        *,
+        hub_kubeconfig: Path | None = None,
+        poll: float = POLL,
+        standins: bool = True,
+    ) -> None:
+        assert host.config is not None
+        self.registry = registry
+        self.key = key
+        self.host = host
+        self.config = read_cluster_config(host.config.raw)
+        self.name = self.config.name
+        self.workdir = Path(workdir)
+        self.hub_kubeconfig = hub_kubeconfig
+        self.poll = poll
+        self.with_standins = standins
+        self.address = self._bind_address()
+        self.state = "starting"
+        self.control_plane: ControlPlane | None = None
+        self.kwok: Managed | None = None
+        self.standins: list = []
+        self.kubeconfig_path = self.workdir / "admin.kubeconfig"
+        self._api: client.ApiClient | None = None
+        self._registered: dict[str, str] = {}  # node address -> Node name
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __repr__(self) -> str:
+        return f"ClusterRunner({self.name} at {self.address}, {self.state})"
+
+    def _bind_address(self) -> str:
+        """The endpoint's address when it is a loopback IP (a first control plane's, normally), so
+        the Talos-issued kubeconfig reaches this apiserver; otherwise the hosting node's."""
+        try:
+            ip = ipaddress.ip_address(self.config.endpoint_host)
+            if ip.is_loopback and ip.version == 4:
+                return str(ip)
+        except ValueError:
+            pass
+        log.warning("cluster %s: endpoint %s is not a loopback IP; its apiserver binds %s instead, and kubeconfigs "
+                    "naming the endpoint will not reach it", self.name, self.config.endpoint, self.host.address)
+        return self.host.address
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def start(self) -> "ClusterRunner":
+        self.registry.set_health_probe(self.key, self._probe_starting)
+        self._thread = threading.Thread(target=self._run, name=f"lab-cluster-{self.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 120.0) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def pids(self) -> dict[str, int]:
+        procs = list(self.control_plane.processes) if self.control_plane else []
+        if self.kwok is not None:
+            procs.append(self.kwok)
+        return {f"{self.name}/{p.name}": p.pid for p in procs if p.running() and p.pid}
+
+    def _run(self) -> None:
+        try:
+            if self._start_all():
+                self.state = "running"
+                log.info("cluster %s: control plane at https://%s:%d, kwok, stand-ins running",
+                         self.name, self.address, self.config.endpoint_port)
+                while not self._stop.wait(self.poll):
+                    self._tick()
+        except Exception as e:  # noqa: BLE001 - a runner reports, it never takes the lab down
+            self.state = f"failed: {describe(e)}"
+            log.exception("cluster %s: runner failed", self.name)
+        finally:
+            self._teardown()
+
+    def _start_all(self) -> bool:
+        for attempt in range(1, START_ATTEMPTS + 1):
+            if self._stop.is_set():
+                return False
+            try:
+                self._start_control_plane()
+                return True
+            except Exception as e:  # noqa: BLE001 - retried, then reported by the probe
+                self.state = f"failed: {describe(e)}"
+                log.warning("cluster %s: control plane start %d/%d failed: %s", self.name, attempt, START_ATTEMPTS, e)
+                self._stop_processes()
+                self._stop.wait(5.0)
+        return False
+
+    def _start_control_plane(self) -> None:
+        shutil.rmtree(self.workdir, ignore_errors=True)  # a (re)bootstrapped cluster starts from empty etcd
+        self.workdir.mkdir(parents=True)
+        cp = ControlPlane(
+            self.name, self.workdir / "controlplane", self.config.pki,
+            address=self.address, apiserver_port=self.config.endpoint_port, etcd_ports=(2379, 2380),
+            controllers=True, service_cidr=self.config.service_subnet, pod_cidr=self.config.pod_subnet,
+        )
+        self.control_plane = cp
+        cp.start()
+        self.kubeconfig_path.write_text(cp.admin_kubeconfig())
+        self.kubeconfig_path.chmod(0o600)
+        self._api = api_client(self.kubeconfig_path)
+        self.kwok = kwok.start(self.workdir, self.kubeconfig_path, cluster=self.name,
+                               node_ip=self.host.address, pod_cidr=self.config.pod_subnet)
+        self._tick()  # register the members before anyone asks the probe
+        self.registry.set_health_probe(self.key, self.probe)
+        if self.with_standins:
+            self._start_standins()
+
+    def _start_standins(self) -> None:
+        from lab.standins.cert_issuer import CertIssuer
+        from lab.standins.kontinuum_server import KontinuumServer
+
+        self.standins.append(CertIssuer(self.kubeconfig_path, cluster=self.name).start())
+        if self.hub_kubeconfig is not None:
+            # Region and zone come from the zone's kontinuum-env ConfigMap; these are fallbacks only.
+            self.standins.append(
+                KontinuumServer("lab", self.name, self.kubeconfig_path, Path(self.hub_kubeconfig)).start()
+            )
+
+    def _stop_processes(self) -> None:
+        if self.kwok is not None:
+            self.kwok.stop()
+            self.kwok = None
+        if self.control_plane is not None:
+            self.control_plane.stop()
+
+    def _teardown(self) -> None:
+        self.registry.set_health_probe(self.key, None)
+        for s in self.standins:
+            s.stop()
+        self.standins.clear()
+        self._stop_processes()
+        if self._api is not None:
+            self._api.close()
+            self._api = None
+        if not self.state.startswith("failed"):
+            self.state = "stopped"
+        log.info("cluster %s: stopped (%s)", self.name, self.state)
+
+    # -- reconciliation ----------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        try:
+            if self.kwok is not None and not self.kwok.running():
+                log.warning("cluster %s: kwok exited; restarting it. Last lines:\n%s", self.name, self.kwok.tail())
+                self.kwok = kwok.start(self.workdir, self.kubeconfig_path, cluster=self.name,
+                                       node_ip=self.host.address, pod_cidr=self.config.pod_subnet)
+            self._reconcile_nodes()
+        except Exception as e:  # noqa: BLE001 - retried on the next tick
+            log.warning("cluster %s: reconcile failed, retrying: %s", self.name, describe(e))
+
+    def members(self) -> list[EmulatedNode]:
+        """Nodes of this cluster whose kubelet would be up: configured with its config."""
+        return [n for n in self.registry.nodes_of(self.key) if n.mode == "configured" and n.config is not None]
+
+    def _reconcile_nodes(self) -> None:
+        assert self._api is not None
+        core = client.CoreV1Api(self._api)
+        nodes = {n.metadata.name: n for n in core.list_node(_request_timeout=REQUEST_TIMEOUT).items}
+        cidrs = [n.spec.pod_cidr for n in nodes.values() if n.spec and n.spec.pod_cidr]
+        current = {n.address: n for n in self.members()}
+        for address, node in current.items():
+            member = MemberInfo.of(node)
+            existing = nodes.get(member.hostname)
+            if existing is None:
+                cidr = pod_cidr(self.config.pod_subnet, cidrs)
+                cidrs.append(cidr)
+                allow = self.config.allow_scheduling_on_control_planes
+                body = node_manifest(member, cluster=self.name, cidr=cidr, allow_scheduling_on_control_planes=allow)
+                try:
+                    core.create_node(body, _request_timeout=REQUEST_TIMEOUT)
+                    log.info("cluster %s: registered Node %s (%s)", self.name, member.hostname, address)
+                except client.ApiException as e:
+                    if e.status != 409:
+                        raise
+            elif (existing.metadata.annotations or {}).get(kwok.MANAGED_ANNOTATION) != self.name:
+                self._annotate(core, member.hostname, {kwok.MANAGED_ANNOTATION: self.name})
+            self._registered[address] = member.hostname
+        for address in [a for a in self._registered if a not in current]:
+            # The machine left (reset): its kubelet stops, so kwok stops renewing its Lease and the
+            # node lifecycle controller marks it Unknown, as for a real machine; the Node object
+            # stays until someone deletes it.
+            name = self._registered.pop(address)
+            if name in nodes:
+                self._annotate(core, name, {kwok.MANAGED_ANNOTATION: None, kwok.CNI_READY_ANNOTATION: None})
+                log.info("cluster %s: Node %s (%s) left; kwok no longer plays its kubelet", self.name, name, address)
+        self._reconcile_cni(core, nodes)
+
+    def _reconcile_cni(self, core: client.CoreV1Api, nodes: dict) -> None:
+        pods = core.list_namespaced_pod(CNI_NAMESPACE, label_selector=CNI_SELECTOR, _request_timeout=REQUEST_TIMEOUT).items
+        ready = cni_ready_nodes(pods)
+        for name in self._registered.values():
+            node = nodes.get(name)
+            if node is None:
+                continue
+            marked = (node.metadata.annotations or {}).get(kwok.CNI_READY_ANNOTATION) == "true"
+            if (name in ready) != marked:
+                self._annotate(core, name, {kwok.CNI_READY_ANNOTATION: "true" if name in ready else None})
+
+    @staticmethod
+    def _annotate(core: client.CoreV1Api, name: str, annotations: dict) -> None:
+        core.patch_node(name, {"metadata": {"annotations": annotations}}, _request_timeout=REQUEST_TIMEOUT)
+
+    # -- health ------------------------------------------------------------------------------------
+
+    def _probe_starting(self, query: HealthQuery) -> list[Check]:
+        why = self.state if self.state.startswith("failed") else "the lab is still starting the cluster's kube-apiserver"
+        return [(CHECK_NODES_REPORT, why)]
+
+    def probe(self, query: HealthQuery) -> list[Check]:
+        """Talos's Kubernetes-level checks, read from the real apiserver (blocking, bounded)."""
+        if self._api is None or self.state.startswith(("failed", "stopped")):
+            return [(CHECK_NODES_REPORT, f"the cluster's control plane is not running ({self.state})")]
+        core = client.CoreV1Api(self._api)
+        try:
+            nodes = core.list_node(_request_timeout=PROBE_TIMEOUT).items
+        except Exception as e:  # noqa: BLE001 - a failed read is the check's reason
+            return [(CHECK_NODES_REPORT, describe(e))]
+        checks: list[Check] = [(CHECK_NODES_REPORT, nodes_report_problem((*query.control_plane_nodes, *query.worker_nodes), nodes))]
+        checks.append((CHECK_CONTROL_PLANE, self._control_plane_problem()))
+        checks.append((CHECK_NODES_READY, nodes_ready_problem(nodes)))
+        try:
+            pods = core.list_namespaced_pod(CNI_NAMESPACE, label_selector=CNI_SELECTOR, _request_timeout=PROBE_TIMEOUT).items
+            daemonsets = client.AppsV1Api(self._api).list_namespaced_daemon_set(
+                CNI_NAMESPACE, label_selector=CNI_SELECTOR, _request_timeout=PROBE_TIMEOUT).items
+            checks.append((CHECK_CILIUM, cilium_problem(pods, daemonsets)))
+        except Exception as e:  # noqa: BLE001
+            checks.append((CHECK_CILIUM, describe(e)))
+        return checks
+
+    def _control_plane_problem(self) -> str | None:
+        cp = self.control_plane
+        if cp is None:
+            return "the control plane is not started"
+        down = [p.name for p in cp.processes if not p.running()]
+        if down:
+            return f"{', '.join(down)} not running"
+        try:
+            assert self._api is not None
+            body = self._api.call_api("/readyz", "GET", response_type="str", auth_settings=["BearerToken"],
+                                      _return_http_data_only=True, _request_timeout=PROBE_TIMEOUT)
+        except Exception as e:  # noqa: BLE001
+            return f"kube-apiserver /readyz: {describe(e)}"
+        return None if str(body).strip() == "ok" else f"kube-apiserver /readyz: {str(body).strip()[:200]}"
+
+
+# --- all clusters --------------------------------------------------------------------------------
+
+
+class ClusterManager:
+    """Starts a ClusterRunner for each bootstrapped cluster of a registry, stops it on reset."""
+
+    def __init__(
+        self,
+        registry: ClusterRegistry,
+        workdir: Path,
+        *,
+        hub_kubeconfig: Path | None = None,
+        poll: float = 0.5,
+        runner_poll: float = POLL,
+        standins: bool = True,
+    ) -> None:
+        self.registry = registry
+        self.workdir = Path(workdir)
+        self.hub_kubeconfig = hub_kubeconfig
+        self.poll = poll
+        self.runner_poll = runner_poll
+        self.standins = standins
+        self.runners: dict[str, ClusterRunner] = {}
+        self._ended: set[str] = set()  # keys whose control plane stopped while still bootstrapped
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        registry.on_bootstrap(self._bootstrapped)
+
+    def start(self) -> "ClusterManager":
+        self._thread = threading.Thread(target=self._run, name="lab-cluster-manager", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 180.0) -> None:
+        """Stop every cluster (all their processes, by pid) and the manager."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        with self._lock:
+            runners = list(self.runners.values())
+        for r in runners:
+            r._stop.set()
+        for r in runners:
+            r.stop(timeout)
+
+    def __enter__(self) -> "ClusterManager":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def runner(self, key: str) -> ClusterRunner | None:
+        with self._lock:
+            return self.runners.get(key)
+
+    def pids(self) -> dict[str, int]:
+        with self._lock:
+            runners = list(self.runners.values())
+        out: dict[str, int] = {}
+        for r in runners:
+            out.update(r.pids())
+        return out
+
+    def _bootstrapped(self, key: str) -> None:
+        """Registry hook, on the emulator's loop: until the runner is up, HealthCheck says so."""
+        self.registry.set_health_probe(
+            key, lambda q: [(CHECK_NODES_REPORT, "the lab is still starting the cluster's kube-apiserver")]
+        )
+        self._wake.set()
+
+    def _host(self, key: str) -> EmulatedNode | None:
+        """The first etcd member still holding the cluster's config: the control plane's host."""
+        for member in self.registry.state(key).members.values():
+            node = self.registry.node(member.address)
+            if node is not None and node.cluster_key == key and node.config is not None and node.is_control_plane:
+                return node
+        return None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._reconcile()
+            except Exception:  # noqa: BLE001 - keep managing the other clusters
+                log.exception("cluster manager: reconcile failed")
+            self._wake.wait(self.poll)
+            self._wake.clear()
+
+    def _reconcile(self) -> None:
+        bootstrapped = set(self.registry.bootstrapped())
+        self._ended &= bootstrapped  # a cluster that was forgotten may be bootstrapped anew
+        with self._lock:
+            runners = dict(self.runners)
+        for key, runner in runners.items():
+            gone = key not in bootstrapped or runner.host.cluster_key != key
+            if gone or not runner.alive:
+                if gone:
+                    log.info("cluster %s: its nodes were reset; stopping its control plane", runner.name)
+                runner.stop()
+                with self._lock:
+                    self.runners.pop(key, None)
+                if key in bootstrapped:
+                    self._ended.add(key)
+        for key in bootstrapped - set(runners) - self._ended:
+            host = self._host(key)
+            if host is None or host.mode != "configured":
+                continue
+            digest = hashlib.sha256(key.encode()).hexdigest()[:8]
+            runner = ClusterRunner(
+                self.registry, key, host, self.workdir / f"{_safe(host.config.cluster_name)}-{digest}",
+                hub_kubeconfig=self.hub_kubeconfig, poll=self.runner_poll, standins=self.standins,
+            )
+            with self._lock:
+                self.runners[key] = runner
+            runner.start()
+            log.info("cluster %s (%s): bootstrapped; starting its control plane on %s", runner.name, key, runner.address)
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in name) or "cluster"

@@ -1,0 +1,185 @@
+"""Emulated Talos clusters get real control planes: bootstrapped through our Talos client, read
+through the kubeconfig the Talos API hands out, scheduled by a real kube-scheduler, with kwok as
+the kubelets. Addresses 127.0.30.0/24 are this module's own."""
+
+from __future__ import annotations
+
+import socket
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client, config as kconfig
+
+from kontinuum.talos import machineconfig as mc
+from kontinuum.talos import secrets, talosconfig
+from kontinuum.talos.client import TalosClient
+from kontinuum.talos.errors import ClusterUnhealthyError
+from lab import crds as lab_crds
+from lab.clusters import ClusterManager
+from lab.process import pid_alive, wait_until
+from lab.pulumi_cli import Stack
+from lab.talos_node import Lab
+
+T = 10  # seconds per API call
+NEEDED = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "pulumi-resource-kubernetes")
+
+
+@pytest.fixture(scope="module")
+def tools(tools_bin: Path) -> Path:
+    missing = [t for t in NEEDED if not (tools_bin / t).exists()]
+    if missing:
+        pytest.fail(f"pinned tools missing from {tools_bin}: {', '.join(missing)}; run `make tools`")
+    return tools_bin
+
+
+@pytest.fixture(scope="module")
+def bundle() -> secrets.SecretsBundle:
+    return secrets.generate()
+
+
+def talos(bundle: secrets.SecretsBundle, address: str) -> TalosClient:
+    cert = talosconfig.issue_client_cert(bundle.os)
+    return TalosClient.from_talosconfig(talosconfig.parse(talosconfig.render("lab", [address], [address], bundle.os.crt, cert)))
+
+
+def configure(addresses: list[str], config: bytes, lab: Lab) -> None:
+    for a in addresses:
+        TalosClient.maintenance(a).apply_config(config)
+    for a in addresses:
+        lab.node(a).wait_for("configured", 10)
+
+
+def core_api(kubeconfig: str) -> client.ApiClient:
+    return kconfig.new_client_from_config_dict(yaml.safe_load(kubeconfig))
+
+
+def listening(address: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex((address, port)) == 0
+
+
+def unhealthy(cp: TalosClient, nodes: list[str]) -> str:
+    with pytest.raises(ClusterUnhealthyError) as failed:
+        cp.health_check(nodes, wait_timeout=3)
+    return str(failed.value)
+
+
+def cilium_pods(core: client.CoreV1Api) -> list:
+    return core.list_namespaced_pod("kube-system", label_selector="app.kubernetes.io/part-of=cilium",
+                                    _request_timeout=T).items
+
+
+def is_ready(obj) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in (obj.status.conditions or []))
+
+
+PROGRAM = textwrap.dedent("""
+    import pulumi
+    import pulumi_kubernetes as k8s
+
+    cfg = pulumi.Config()
+    p = k8s.Provider("zone", kubeconfig=cfg.require_secret("kubeconfig"))
+    k8s.helm.v3.Release("cilium", name="cilium", chart=cfg.require("chart"), namespace="kube-system",
+                        skip_await=True, values={"operator": {"replicas": int(cfg.require("replicas"))}},
+                        opts=pulumi.ResourceOptions(provider=p))
+""")
+
+
+def test_one_node_cluster_real_scheduler_and_cni_gated_health(tools, bundle, tmp_path):
+    spec = mc.ClusterSpec(name="lab-one", endpoint="https://127.0.30.1:6443", kubernetes_version="1.35.4")
+    with Lab(pool="127.0.30.0/29", reboot_delay=0.1) as lab, ClusterManager(lab.clusters, tmp_path / "clusters") as mgr:
+        node = lab.add_node("127.0.30.1")
+        configure([node.address], mc.render(spec, bundle), lab)
+        cp = talos(bundle, node.address)
+        cp.bootstrap()
+        assert "all k8s nodes to report" in unhealthy(cp, [node.address])  # the apiserver is still starting
+
+        kubeconfig = cp.kubeconfig()  # server: the cluster endpoint, unchanged
+        assert "https://127.0.30.1:6443" in kubeconfig
+        api = core_api(kubeconfig)
+        core = client.CoreV1Api(api)
+        nodes = wait_until("the Node of the emulated machine", lambda: core.list_node(_request_timeout=T).items, 120)
+        assert [n.metadata.name for n in nodes] == [node.hostname]
+        wait_until("the Node to report NotReady (no CNI yet)", lambda: any(
+            c.type == "Ready" and c.status == "False" and "NetworkPluginNotReady" in c.message
+            for c in core.read_node(node.hostname, _request_timeout=T).status.conditions or []), 30)
+        assert "all k8s nodes to report ready" in unhealthy(cp, [node.address])
+
+        # The lab cilium chart through the real engine, with upstream's two operators.
+        project = tmp_path / "project"
+        project.mkdir()
+        (project / "Pulumi.yaml").write_text("name: lab-cilium\nruntime: python\n")
+        (project / "__main__.py").write_text(PROGRAM)
+        stack = Stack(project, "cilium", tmp_path / "state", passphrase="lab-cilium").init()
+        stack.set_config("kubeconfig", kubeconfig, secret=True)
+        stack.set_config("chart", str(lab_crds.LAB / "charts" / "cilium"))
+        stack.set_config("replicas", "2")
+        stack.up(timeout=600)
+
+        def two_operators_one_pending():
+            pods = cilium_pods(core)
+            operators = [p for p in pods if p.metadata.labels.get("name") == "cilium-operator"]
+            agents = [p for p in pods if p.metadata.labels.get("k8s-app") == "cilium"]
+            pending = [p for p in operators if not p.spec.node_name]
+            running = [p for p in operators if p.spec.node_name and is_ready(p)]
+            if len(agents) == 1 and is_ready(agents[0]) and len(pending) == 1 and len(running) == 1:
+                return pending[0]
+            return None
+
+        pending = wait_until("one operator Ready and one Pending", two_operators_one_pending, 120)
+        scheduled = next(c for c in pending.status.conditions if c.type == "PodScheduled")
+        assert scheduled.status == "False" and scheduled.reason == "Unschedulable"
+        assert "free ports" in scheduled.message or "anti-affinity" in scheduled.message, scheduled.message
+        wait_until("the Node to turn Ready once its Cilium agent is", lambda: is_ready(core.read_node(node.hostname, _request_timeout=T)), 30)
+        problem = unhealthy(cp, [node.address])
+        assert "cilium to report ready" in problem and pending.metadata.name in problem, problem
+
+        stack.set_config("replicas", "1")
+        stack.up(timeout=600)
+        wait_until("every Cilium pod Ready", lambda: (pods := cilium_pods(core)) and len(pods) == 2 and all(map(is_ready, pods)), 120)
+        progress = cp.health_check([node.address], wait_timeout=60)
+        assert any("all k8s nodes to report ready: OK" in m for m in progress), progress
+        api.close()
+
+
+def test_three_node_cluster_shares_one_control_plane_and_reset_stops_it(tools, bundle, tmp_path):
+    addresses = ["127.0.30.11", "127.0.30.12", "127.0.30.13"]
+    spec = mc.ClusterSpec(name="lab-three", endpoint=f"https://{addresses[0]}:6443", kubernetes_version="1.35.4",
+                          control_plane=mc.PoolSpec(mc.CONTROLPLANE, 3))
+    with Lab(pool="127.0.30.8/29", reboot_delay=0.1) as lab, ClusterManager(lab.clusters, tmp_path / "clusters") as mgr:
+        for a in addresses:
+            lab.add_node(a)
+        configure(addresses, mc.render(spec, bundle), lab)
+        first = talos(bundle, addresses[0])
+        first.bootstrap()
+        kubeconfig = talos(bundle, addresses[2]).kubeconfig()  # any control plane hands out the same endpoint
+        api = core_api(kubeconfig)
+        core = client.CoreV1Api(api)
+        nodes = wait_until("3 Nodes", lambda: len(items := core.list_node(_request_timeout=T).items) == 3 and items, 120)
+        ips = sorted(a.address for n in nodes for a in n.status.addresses if a.type == "InternalIP")
+        assert ips == addresses
+        assert all("node-role.kubernetes.io/control-plane" in n.metadata.labels for n in nodes)
+        assert not any(n.spec.taints and any(t.key == "node-role.kubernetes.io/control-plane" for t in n.spec.taints)
+                       for n in nodes)  # no workers: Talos allows scheduling on control planes
+        assert len({n.spec.pod_cidr for n in nodes}) == 3
+        assert len(mgr.runners) == 1
+        pids = mgr.pids()
+        assert sorted(name.split("/")[1] for name in pids) == [
+            "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
+        for other in addresses[1:]:
+            assert not listening(other, 6443)
+        api.close()
+
+        first.reset(graceful=True, reboot=True)  # the node hosting the control plane leaves
+        wait_until("the control plane to stop", lambda: not mgr.runners and not any(pid_alive(p) for p in pids.values()), 60)
+        assert not listening(addresses[0], 6443)
+        for a in addresses[1:]:
+            talos(bundle, a).reset(graceful=False, reboot=True)
+        for a in addresses:
+            lab.node(a).wait_for("maintenance", 10)
+        time.sleep(1.0)
+        assert not mgr.runners and not lab.clusters.bootstrapped()

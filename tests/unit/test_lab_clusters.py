@@ -1,0 +1,122 @@
+"""The lab's cluster manager, pure parts: what it reads from a machine config, the Node it
+registers, and the Talos-named health checks it derives from apiserver objects."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from kubernetes import client
+
+from kontinuum.talos import machineconfig as mc
+from kontinuum.talos import pki, secrets
+from lab import clusters, kwok
+
+
+@pytest.fixture(scope="module")
+def bundle():
+    return secrets.generate()
+
+
+def spec(**kw) -> mc.ClusterSpec:
+    return mc.ClusterSpec(name="zone-a", endpoint="https://127.0.30.1:6443", kubernetes_version="1.34.1", **kw)
+
+
+def test_reads_the_control_plane_pki_and_networks_from_the_machine_config(bundle):
+    cfg = clusters.read_cluster_config(mc.render(spec(), bundle))
+    assert (cfg.name, cfg.endpoint_host, cfg.endpoint_port) == ("zone-a", "127.0.30.1", 6443)
+    assert cfg.pki.ca.crt == bundle.k8s.crt and cfg.pki.etcd_ca.crt == bundle.etcd.crt
+    assert cfg.pki.aggregator_ca.crt == bundle.k8s_aggregator.crt
+    pki.load_private_key(cfg.pki.service_account_key)  # Talos key labels load
+    assert (cfg.pod_subnet, cfg.service_subnet) == ("10.244.0.0/16", "10.96.0.0/12")
+    assert cfg.allow_scheduling_on_control_planes  # no workers: Talos lets pods onto control planes
+    with_workers = clusters.read_cluster_config(mc.render(spec(workers=(mc.PoolSpec("w", 1),)), bundle))
+    assert not with_workers.allow_scheduling_on_control_planes
+
+
+def test_a_worker_config_has_no_control_plane_keys(bundle):
+    with pytest.raises(ValueError, match="cluster.ca.key"):
+        clusters.read_cluster_config(mc.render(spec(workers=(mc.PoolSpec("w", 1),)), bundle, pool="w"))
+
+
+def test_pod_cidrs_are_distinct_slices_of_the_pod_subnet():
+    assert clusters.pod_cidr("10.244.0.0/16", []) == "10.244.0.0/24"
+    assert clusters.pod_cidr("10.244.0.0/16", ["10.244.0.0/24"]) == "10.244.1.0/24"
+    assert clusters.pod_cidr("10.9.8.0/26", []) == "10.9.8.0/26"
+
+
+def test_node_manifest_is_what_a_talos_kubelet_registers():
+    cp = clusters.MemberInfo("cp-1", "127.0.30.1", True, {"zone": "a"}, "v1.34.1", "v1.13.0")
+    node = clusters.node_manifest(cp, cluster="zone-a", cidr="10.244.0.0/24", allow_scheduling_on_control_planes=False)
+    md = node["metadata"]
+    assert md["labels"][clusters.HOSTNAME_LABEL] == "cp-1" and md["labels"]["zone"] == "a"
+    assert md["labels"][clusters.CONTROL_PLANE_LABEL] == ""
+    assert md["annotations"][kwok.MANAGED_ANNOTATION] == "zone-a"
+    assert node["spec"]["taints"] == [{"key": clusters.CONTROL_PLANE_LABEL, "effect": "NoSchedule"}]
+    assert node["status"]["addresses"][0] == {"type": "InternalIP", "address": "127.0.30.1"}
+    assert node["status"]["nodeInfo"]["kubeletVersion"] == "v1.34.1"
+    allowed = clusters.node_manifest(cp, cluster="zone-a", cidr="10.244.0.0/24", allow_scheduling_on_control_planes=True)
+    assert "taints" not in allowed["spec"]
+    worker = clusters.node_manifest(clusters.MemberInfo("w-1", "127.0.30.2", False), cluster="zone-a",
+                                    cidr="10.244.1.0/24", allow_scheduling_on_control_planes=False)
+    assert clusters.CONTROL_PLANE_LABEL not in worker["metadata"]["labels"] and "taints" not in worker["spec"]
+
+
+def _node(name: str, ip: str, ready: bool) -> client.V1Node:
+    return client.V1Node(
+        metadata=client.V1ObjectMeta(name=name),
+        status=client.V1NodeStatus(
+            addresses=[client.V1NodeAddress(type="InternalIP", address=ip)],
+            conditions=[client.V1NodeCondition(type="Ready", status="True" if ready else "False")],
+        ),
+    )
+
+
+def _pod(name: str, node: str | None, ready: bool, owner: str = "DaemonSet", scheduled_message: str | None = None):
+    conditions = [client.V1PodCondition(type="Ready", status="True" if ready else "False")]
+    if scheduled_message:
+        conditions.append(client.V1PodCondition(type="PodScheduled", status="False", reason="Unschedulable",
+                                                message=scheduled_message))
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, owner_references=[
+            client.V1OwnerReference(api_version="apps/v1", kind=owner, name="x", uid="u")]),
+        spec=client.V1PodSpec(containers=[], node_name=node),
+        status=client.V1PodStatus(phase="Running" if node else "Pending", conditions=conditions),
+    )
+
+
+def test_health_checks_word_their_reasons_like_talos():
+    nodes = [_node("cp-1", "127.0.30.1", True), _node("cp-2", "127.0.30.2", False)]
+    assert clusters.nodes_report_problem(["127.0.30.2", "127.0.30.1"], nodes) is None
+    assert clusters.nodes_report_problem(["127.0.30.1", "127.0.30.3"], nodes) == (
+        'expected node internal IPs ["127.0.30.1" "127.0.30.3"] but got ["127.0.30.1" "127.0.30.2"]')
+    assert clusters.nodes_ready_problem(nodes) == "some nodes are not ready: [cp-2]"
+    assert clusters.nodes_ready_problem(nodes[:1]) is None
+
+
+def test_cilium_check_and_cni_readiness():
+    ds = [object()]
+    agent = _pod("cilium-abc", "cp-1", True)
+    op_ok = _pod("cilium-operator-1", "cp-1", True, owner="ReplicaSet")
+    op_pending = _pod("cilium-operator-2", None, False, owner="ReplicaSet",
+                      scheduled_message="0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports.")
+    assert clusters.cilium_problem([agent, op_ok, op_pending], []) is None  # not installed: nothing to wait for
+    assert clusters.cilium_problem([agent, op_ok], ds) is None
+    problem = clusters.cilium_problem([agent, op_ok, op_pending], ds)
+    assert problem.startswith("some pods are not ready: cilium-operator-2 (Pending: 0/1 nodes are available")
+    assert "\n" not in problem
+    assert clusters.cni_ready_nodes([agent, op_ok, _pod("cilium-def", "cp-2", False)]) == {"cp-1"}
+    assert clusters.cni_ready_nodes([op_ok]) == set()  # the operator is no CNI agent
+
+
+def test_kwok_stages_are_ours_and_well_formed():
+    docs = list(yaml.safe_load_all(kwok.STAGES.read_text()))
+    names = [d["metadata"]["name"] for d in docs]
+    assert len(set(names)) == len(names) and all(n.startswith("lab-") for n in names)
+    for d in docs:
+        assert (d["apiVersion"], d["kind"]) == ("kwok.x-k8s.io/v1alpha1", "Stage")
+        assert d["spec"]["resourceRef"]["kind"] in ("Node", "Pod")
+        for p in d["spec"]["next"].get("patches", []):
+            assert (p["subresource"], p["root"], p["type"]) == ("status", "status", "strategic")
+    argv = kwok.argv("/k", cluster="zone-a", node_ip="127.0.30.1", pod_cidr="10.244.0.0/16")
+    assert f"--manage-nodes-with-annotation-selector={kwok.MANAGED_ANNOTATION}=zone-a" in argv
+    assert not any(a.startswith(("--server-address", "--node-port")) for a in argv)  # kwok binds no port
