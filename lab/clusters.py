@@ -448,6 +448,7 @@ class ClusterRunner:
         nodes = {n.metadata.name: n for n in core.list_node(_request_timeout=REQUEST_TIMEOUT).items}
         cidrs = [n.spec.pod_cidr for n in nodes.values() if n.spec and n.spec.pod_cidr]
         current = {n.address: n for n in self.members()}
+        holding = {n.address for n in self.registry.nodes_of(self.key)}  # rebooting ones included
         for address, node in current.items():
             member = MemberInfo.of(node)
             existing = nodes.get(member.hostname)
@@ -465,7 +466,7 @@ class ClusterRunner:
             elif (existing.metadata.annotations or {}).get(kwok.MANAGED_ANNOTATION) != self.name:
                 self._annotate(core, member.hostname, {kwok.MANAGED_ANNOTATION: self.name})
             self._registered[address] = member.hostname
-        for address in [a for a in self._registered if a not in current]:
+        for address in [a for a in self._registered if a not in holding]:
             # The machine left (reset): its kubelet stops, so kwok stops renewing its Lease and the
             # node lifecycle controller marks it Unknown, as for a real machine; the Node object
             # stays until someone deletes it.

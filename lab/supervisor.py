@@ -26,10 +26,14 @@ import threading
 import time
 from pathlib import Path
 
-from lab.clusters import ClusterManager
-from lab.talos_node import control
-from lab.talos_node.lab import Lab
-from lab.talos_node.node import APID_PORT, check_loopback
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the heavy imports wait until a lab starts: `python -m lab status` stays quick
+    from lab.clusters import ClusterManager
+    from lab.talos_node.lab import Lab
+
+CONTROL_PORT = 50080  # lab.talos_node.control.CONTROL_PORT
+APID_PORT = 50000  # lab.talos_node.node.APID_PORT
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STATE = ROOT / ".state" / "lab"
@@ -45,6 +49,17 @@ HUB_DIR = "hub"
 HUB_KUBECONFIG = "kubeconfig"  # .state/lab/hub/kubeconfig: what stacks/Pulumi.lab.yaml reads
 
 log = logging.getLogger("lab.supervisor")
+
+
+def check_loopback(address: str) -> str:
+    """The lab binds 127.0.0.0/8 only (as lab.talos_node.node.check_loopback, without its imports)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        raise ValueError(f"{address!r} is not an IP address; the lab binds 127.0.0.0/8 only") from None
+    if ip.version != 4 or not ip.is_loopback:
+        raise ValueError(f"{address} is outside 127.0.0.0/8; the lab binds loopback addresses only")
+    return str(ip)
 
 
 def node_addresses(first: str, count: int) -> list[str]:
@@ -64,7 +79,7 @@ def _now() -> str:
 
 class Supervisor:
     def __init__(self, state_dir: Path, addresses: list[str], *, hub_address: str | None, ttl: float,
-                 reboot_delay: float = 1.0, control_port: int = control.CONTROL_PORT) -> None:
+                 reboot_delay: float = 1.0, control_port: int = CONTROL_PORT) -> None:
         self.state_dir = Path(state_dir)
         self.addresses = addresses
         self.hub_address = hub_address
@@ -157,6 +172,10 @@ class Supervisor:
             self._stop()
 
     def _start(self) -> None:
+        from lab.clusters import ClusterManager
+        from lab.talos_node import control
+        from lab.talos_node.lab import Lab
+
         if self.hub_address:
             from lab.hub import Hub
 
@@ -212,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hub-address", default=DEFAULT_HUB_ADDRESS, help="'' runs no hub")
     parser.add_argument("--ttl", type=float, default=DEFAULT_TTL, help="seconds until the lab stops by itself")
     parser.add_argument("--reboot-delay", type=float, default=1.0)
-    parser.add_argument("--control-port", type=int, default=control.CONTROL_PORT)
+    parser.add_argument("--control-port", type=int, default=CONTROL_PORT)
     args = parser.parse_args(argv)
     try:
         addresses = node_addresses(args.first_address, args.nodes)
