@@ -21,6 +21,7 @@ import base64
 import hashlib
 import ipaddress
 import logging
+import os
 import shutil
 import threading
 from dataclasses import dataclass, field
@@ -385,8 +386,9 @@ class ClusterRunner:
         )
         self.control_plane = cp
         cp.start()
-        self.kubeconfig_path.write_text(cp.admin_kubeconfig())
-        self.kubeconfig_path.chmod(0o600)
+        fd = os.open(self.kubeconfig_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(cp.admin_kubeconfig())
         self._api = api_client(self.kubeconfig_path)
         self.kwok = kwok.start(self.workdir, self.kubeconfig_path, cluster=self.name,
                                node_ip=self.host.address, pod_cidr=self.config.pod_subnet)
@@ -412,17 +414,20 @@ class ClusterRunner:
             self.kwok = None
         if self.control_plane is not None:
             self.control_plane.stop()
+        if self._api is not None:
+            self._api.close()
+            self._api = None
 
     def _teardown(self) -> None:
-        self.registry.set_health_probe(self.key, None)
+        failed = self.state.startswith("failed")
+        # A cluster whose control plane could not run must not look healthy: its probe says why.
+        why = f"the lab could not run the cluster's control plane ({self.state})"
+        self.registry.set_health_probe(self.key, (lambda q: [(CHECK_NODES_REPORT, why)]) if failed else None)
         for s in self.standins:
             s.stop()
         self.standins.clear()
         self._stop_processes()
-        if self._api is not None:
-            self._api.close()
-            self._api = None
-        if not self.state.startswith("failed"):
+        if not failed:
             self.state = "stopped"
         log.info("cluster %s: stopped (%s)", self.name, self.state)
 
