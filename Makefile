@@ -37,3 +37,8 @@ lab-down:
 
 clean:
 	rm -rf .state .pytest_cache
+
+# Benchmarks (issue 9): figures, not tests; writes bench/RESULTS.md. BENCH_ARGS="--runs 1 --only noop" etc.
+.PHONY: bench
+bench: venv tools
+	$(RUN) $(PY) -m bench $(BENCH_ARGS)

@@ -1,0 +1,1 @@
+"""Benchmarks (issue 9): see bench/__main__.py."""

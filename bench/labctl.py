@@ -1,0 +1,167 @@
+"""A lab of the benchmark's own, and converged N-zone stacks on it.
+
+The bench lab never shares anything with a lab someone else runs on this machine: its own
+state directory (bench/out/lab-*), its own loopback range for the Talos nodes (127.0.30.11
+and up) and its own hub address (127.0.0.30). It is driven through `python -m lab` like any
+user's, and it always goes down again (`python -m lab down`), also when a run fails.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import json
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench import common
+
+FIRST_NODE = ipaddress.ip_address("127.0.30.11")
+HUB_ADDRESS = "127.0.0.30"
+CONTROL_PORT = 50080
+LAB_TTL = 3600.0  # a forgotten bench lab stops by itself
+UP_TIMEOUT = 300.0
+MUTATING = ("ApplyConfiguration", "Bootstrap", "Reset", "Upgrade")  # plus every Etcd* method
+
+
+def is_mutating(method: str) -> bool:
+    return method in MUTATING or method.startswith("Etcd")
+
+
+def lab_usable() -> str | None:
+    """None when the lab can start here, else why not."""
+    missing = common.missing_tools("pulumi", "pulumi-language-python", "pulumi-resource-kubernetes", "etcd",
+                                   "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+    if missing:
+        return f"pinned tools not built yet: {', '.join(missing)} (tools/install.sh --print-bin)"
+    for module in ("lab/__main__.py", "lab/supervisor.py", "lab/clusters.py"):
+        if not (common.ROOT / module).exists():
+            return f"{module} is missing: the embedded lab has not landed"
+    return None
+
+
+class BenchLab:
+    def __init__(self, nodes: int, state_dir: Path, log=print):
+        self.nodes = nodes
+        self.state_dir = state_dir
+        self.addresses = [str(FIRST_NODE + i) for i in range(nodes)]
+        self.log = log
+        self.pid: int | None = None
+        self.up_seconds: float | None = None
+        self.status: dict = {}
+
+    def _lab(self, *args: str, timeout: float) -> subprocess.CompletedProcess:
+        argv = [sys.executable, "-m", "lab", "--state-dir", str(self.state_dir), *args]
+        return subprocess.run(argv, cwd=common.ROOT, capture_output=True, text=True, timeout=timeout)
+
+    def up(self) -> "BenchLab":
+        t0 = time.monotonic()
+        r = self._lab("up", "--nodes", str(self.nodes), "--first-address", self.addresses[0],
+                      "--hub-address", HUB_ADDRESS, "--ttl", str(LAB_TTL), "--timeout", str(UP_TIMEOUT),
+                      timeout=UP_TIMEOUT + 150)
+        self.up_seconds = time.monotonic() - t0
+        if r.returncode != 0:
+            self.down()
+            raise RuntimeError(f"`python -m lab up --nodes {self.nodes}` exited {r.returncode}:\n"
+                               + (r.stdout + r.stderr).strip()[-3000:])
+        self.status = json.loads((self.state_dir / "status.json").read_text())
+        self.pid = int(self.status["pid"])
+        return self
+
+    def down(self) -> str | None:
+        """Stop the lab; returns a problem or None."""
+        try:
+            r = self._lab("down", timeout=400)
+        except subprocess.TimeoutExpired:
+            return "`python -m lab down` did not finish in 400 s"
+        if r.returncode != 0:
+            return f"`python -m lab down` exited {r.returncode}: {(r.stdout + r.stderr).strip()[-500:]}"
+        return None
+
+    @property
+    def hub_kubeconfig(self) -> Path:
+        return self.state_dir / "hub" / "kubeconfig"
+
+    @property
+    def supervisor_log(self) -> Path:
+        return self.state_dir / "logs" / "supervisor.log"
+
+    def rss_sampler(self) -> common.TreeSampler:
+        """Summed RSS of the supervisor and everything it started (hub, control planes, kwok)."""
+        return common.TreeSampler(roots=lambda: [self.pid])
+
+    # -- emulated nodes' control endpoints -------------------------------------------------------
+
+    def _control(self, address: str, path: str, post: bool = False) -> dict:
+        req = urllib.request.Request(f"http://{address}:{CONTROL_PORT}{path}", data=b"{}" if post else None,
+                                     method="POST" if post else "GET")
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.loads(resp.read())
+
+    def node_state(self, address: str) -> dict:
+        return self._control(address, "/state")
+
+    def reset_calls(self) -> None:
+        for a in self.addresses:
+            self._control(a, "/calls/reset", post=True)
+
+    def calls(self) -> dict[str, int]:
+        """Talos calls by method, summed over every node."""
+        total: dict[str, int] = {}
+        for a in self.addresses:
+            for method, n in self.node_state(a).get("calls", {}).items():
+                total[method] = total.get(method, 0) + n
+        return total
+
+    def reboot_delay(self) -> float:
+        return float(self.node_state(self.addresses[0])["faults"]["reboot_delay"])
+
+    def control_plane_starts(self) -> dict[str, float]:
+        """Seconds each cluster's control plane took to start, from the supervisor log:
+        'bootstrapped; starting its control plane' → 'control plane at … running'."""
+        start: dict[str, float] = {}
+        done: dict[str, float] = {}
+        try:
+            text = self.supervisor_log.read_text(errors="replace")
+        except OSError:
+            return {}
+        for line in text.splitlines():
+            m = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ [\w.]+: cluster (\S+)(.*)", line)
+            if not m:
+                continue
+            t = dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            name, rest = m.group(2), m.group(3)
+            if "bootstrapped; starting its control plane" in rest:
+                start[name] = t
+            elif "stand-ins running" in rest and name in start:
+                done[name] = t
+        return {n: done[n] - start[n] for n in done}
+
+
+@dataclass
+class ZoneStack:
+    """An N-zone stack of region `bench` on a BenchLab."""
+
+    lab: BenchLab
+    stack: object
+    zones: list[str] = field(default_factory=list)
+
+
+def zone_stack_config(lab: BenchLab, zones: int) -> dict:
+    cfg = {"kontinuum:region": "bench", "kontinuum:hubKubeconfigFile": str(lab.hub_kubeconfig),
+           **common.lab_addon_defaults()}
+    cfg["kontinuum:zones"] = [{"zone": common.zone_name(i), "talosAddresses": [lab.addresses[i]]}
+                              for i in range(zones)]
+    return cfg
+
+
+def new_zone_stack(lab: BenchLab, zones: int, work: Path, name: str) -> ZoneStack:
+    project = common.kontinuum_project(work / "project")
+    stack = common.new_stack(project, name, work / "state")
+    common.write_config(stack, zone_stack_config(lab, zones))
+    return ZoneStack(lab, stack, [common.zone_name(i) for i in range(zones)])

@@ -1,0 +1,125 @@
+"""noop: a no-op `pulumi up` on a converged N-zone lab stack beside an empty program's.
+
+Baseline: a program that only imports pulumi, its stack already up, `pulumi up --yes
+--skip-preview` again. Subject: the converged lab stack (8 zones, or the largest size the
+lab held; the section says which), the same command with --expect-no-changes. While the
+subject runs, the emulated Talos nodes count every call by method (read through their
+control endpoints, reset just before): mutating kinds (ApplyConfiguration, Bootstrap, Reset,
+Upgrade, Etcd*) must be zero. Aim: no-op ≤ 1.5 × empty.
+"""
+
+from __future__ import annotations
+
+from bench import common, labctl, zones
+from bench.report import Section
+
+AIM = 1.5
+TIMEOUT = 600.0
+
+
+def empty_baseline(ctx) -> tuple[common.Series, common.Series, list[str]]:
+    work = ctx.out / "noop-empty"
+    project = common.empty_project(work / "project")
+    stack = common.new_stack(project, "empty", work / "state")
+    problems: list[str] = []
+    wall, rss = common.Series(), common.Series()
+    try:
+        first = common.timed_pulumi(stack, "up", "--yes", "--skip-preview", timeout=TIMEOUT)
+        if not first.ok:
+            problems.append(f"first `pulumi up` of the empty program exited {first.returncode}:\n{first.tail()}")
+            return wall, rss, problems
+        for i in range(ctx.runs):
+            r = common.timed_pulumi(stack, "up", "--yes", "--skip-preview", "--expect-no-changes", timeout=TIMEOUT)
+            ctx.log(f"noop: empty program up {i + 1}/{ctx.runs}: rc {r.returncode}, {r.wall:.2f} s")
+            if not r.ok:
+                problems.append(f"empty program up {i + 1} exited {r.returncode}:\n{r.tail()}")
+                continue
+            wall.add(r.wall)
+            rss.add(common.mib(r.peak_rss))
+    finally:
+        p = common.destroy_quietly(stack, timeout=TIMEOUT)
+        if p:
+            problems.append(f"cleanup of the empty stack: {p}")
+    return wall, rss, problems
+
+
+def converged(ctx):
+    """(BenchLab, ZoneStack) of a converged stack: the one zones kept, or a new one at the
+    largest size that converges (8, then 4, then 1)."""
+    if "converged" in ctx.artifacts:
+        return ctx.artifacts["converged"], []
+    problems = []
+    for k in sorted(ctx.zone_sizes, reverse=True):
+        s = zones.session(ctx, k, 0, keep=True)
+        if s.kept:
+            ctx.artifacts["converged"] = s.kept
+            return s.kept, problems
+        problems.append(f"{k} zone(s) did not converge for the no-op: " + "\n".join(s.problems))
+    return None, problems
+
+
+def run(ctx) -> Section:
+    sec = Section("noop", "no-op `pulumi up` on a converged lab stack vs an empty program's")
+    sec.aim = f"no-op ≤ {AIM:g} × empty; zero mutating Talos calls"
+    missing = common.missing_tools("pulumi", "pulumi-language-python")
+    if missing:
+        sec.not_measured(f"pinned tools not built yet: {', '.join(missing)}")
+        return sec
+    empty, empty_rss, problems = empty_baseline(ctx)
+    for p in problems:
+        sec.not_measured(p)
+    sec.row("empty program, `pulumi up --yes --skip-preview` (stack already up)", empty.fmt("s", 2))
+    sec.row("empty program, peak RSS of the tree", empty_rss.fmt("MiB", 0))
+
+    why = labctl.lab_usable()
+    if why:
+        sec.not_measured(f"no-op on a converged lab stack: the lab is not usable: {why}")
+        return sec
+    if ctx.only_empty:
+        sec.not_measured("no-op on a converged lab stack: skipped (--noop-empty-only)")
+        return sec
+    kept, problems = converged(ctx)
+    for p in problems:
+        sec.not_measured(p)
+    if kept is None:
+        return sec
+    lab, zs = kept
+    k = len(zs.zones)
+    if k < max(ctx.zone_sizes):
+        sec.note(f"The {max(ctx.zone_sizes)}-zone stack did not converge on this lab; measured on {k} zone(s).")
+    wall, rss = common.Series(), common.Series()
+    lab.reset_calls()
+    calls_per_run = []
+    last = None
+    for i in range(ctx.runs):
+        before = lab.calls()
+        r = common.timed_pulumi(zs.stack, "up", "--yes", "--skip-preview", "--expect-no-changes", timeout=TIMEOUT)
+        after = lab.calls()
+        calls_per_run.append({m: after.get(m, 0) - before.get(m, 0) for m in after if after.get(m, 0) != before.get(m, 0)})
+        ctx.log(f"noop: {k}-zone no-op up {i + 1}/{ctx.runs}: rc {r.returncode}, {r.wall:.2f} s, "
+                f"Talos calls {calls_per_run[-1] or 'none'}")
+        last = r
+        if not r.ok:
+            sec.not_measured(f"{k}-zone no-op up {i + 1} exited {r.returncode} (with --expect-no-changes, a change "
+                             f"fails it):\n{r.tail(25)}")
+            continue
+        wall.add(r.wall)
+        rss.add(common.mib(r.peak_rss))
+    total = lab.calls()
+    sec.row(f"converged {k}-zone lab stack, `pulumi up --yes --skip-preview --expect-no-changes`", wall.fmt("s", 2))
+    sec.row(f"{k}-zone no-op, peak RSS of the tree", rss.fmt("MiB", 0))
+    if last is not None:
+        sec.row(f"{k}-zone no-op, tree at the RSS peak (last run)", f"{last.peak_procs} processes: {last.breakdown}")
+    if empty.values and wall.values:
+        ratio = wall.median / empty.median
+        sec.row("no-op / empty (medians)", f"{ratio:.2f}")
+        sec.verdict(ratio <= AIM, f"no-op {wall.median:.2f} s = {ratio:.2f} × empty {empty.median:.2f} s "
+                    f"(aim ≤ {AIM:g} ×)")
+    calls = ", ".join(f"{m} {n}" for m, n in sorted(total.items())) or "none"
+    mutating = {m: n for m, n in total.items() if labctl.is_mutating(m) and n}
+    sec.row(f"Talos calls during the {len(calls_per_run)} no-op up(s), all {k} nodes, by kind", calls)
+    sec.row("of which mutating (ApplyConfiguration, Bootstrap, Reset, Upgrade, Etcd*)",
+            ", ".join(f"{m} {n}" for m, n in mutating.items()) or "0")
+    sec.verdict(not mutating, "zero mutating Talos calls" if not mutating else f"mutating calls: {mutating}")
+    ctx.artifacts["noop_calls"] = total
+    return sec

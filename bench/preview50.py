@@ -1,0 +1,96 @@
+"""preview50: `pulumi preview` of a fresh 50-zone stack with the lab down.
+
+The CI case (DESIGN §2): a plan for a whole region, contacting no machine and no hub. Each
+zone has one Talos address on 127.0.200.<i> where nothing listens; the hub kubeconfig file
+points at https://127.0.200.254:6443 where nothing listens either. Figures: wall time of the
+whole `pulumi preview` and the peak RSS of its process tree (engine, language host, the
+Python program, the dynamic-provider hosts and the kubernetes plugin), summed over the tree
+from /proc every 100 ms (wait4's ru_maxrss only gives the largest single process; shown
+beside it). Aim: ≤ 60 s.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+from bench import common
+from bench.report import Section
+
+ZONES = 50
+FIRST = ipaddress.ip_address("127.0.200.1")
+DEAD_HUB = "https://127.0.200.254:6443"
+AIM_S = 60.0
+TIMEOUT = 600.0
+
+
+def dead_hub_kubeconfig() -> str:
+    return ("apiVersion: v1\nkind: Config\n"
+            f"clusters: [{{name: hub, cluster: {{server: '{DEAD_HUB}', insecure-skip-tls-verify: true}}}}]\n"
+            "users: [{name: hub, user: {token: bench-not-a-credential}}]\n"
+            "contexts: [{name: hub, context: {cluster: hub, user: hub}}]\ncurrent-context: hub\n")
+
+
+def stack_config(zones: int, hub_file: str) -> dict:
+    cfg = {"kontinuum:region": "bench", "kontinuum:hubKubeconfigFile": hub_file, **common.lab_addon_defaults()}
+    cfg["kontinuum:zones"] = [{"zone": common.zone_name(i), "talosAddresses": [str(FIRST + i)]} for i in range(zones)]
+    return cfg
+
+
+def run(ctx) -> Section:
+    sec = Section("preview50", f"`pulumi preview` of a {ZONES}-zone stack, lab down")
+    sec.aim = f"≤ {AIM_S:.0f} s wall"
+    missing = common.missing_tools("pulumi", "pulumi-language-python", "pulumi-resource-kubernetes")
+    if missing:
+        sec.not_measured(f"pinned tools not built yet: {', '.join(missing)} (tools/install.sh --print-bin)")
+        return sec
+    work = ctx.out / "preview50"
+    project = common.kontinuum_project(work / "project")
+    hub_file = work / "hub.kubeconfig"
+    hub_file.write_text(dead_hub_kubeconfig())
+    stack = common.new_stack(project, "preview50", work / "state")
+    common.write_config(stack, stack_config(ZONES, str(hub_file)))
+
+    wall, rss, pss, single, cpu = (common.Series() for _ in range(5))
+    last = None
+    for i in range(ctx.runs):
+        r = common.timed_pulumi(stack, "preview", timeout=TIMEOUT)
+        ctx.log(f"preview50 run {i + 1}/{ctx.runs}: rc {r.returncode}, {r.wall:.1f} s, "
+                f"peak tree RSS {common.mib(r.peak_rss):.0f} MiB")
+        if not r.ok:
+            errors = [ln.strip() for ln in r.stdout.splitlines() if "error:" in ln]
+            planned = re.search(r"\+\s*(\d+)\s+to create", r.stdout)
+            sec.not_measured(
+                f"`pulumi preview` exited {r.returncode} on run {i + 1}, so no figure stands for a complete plan. "
+                f"Up to the failure ({planned.group(1) if planned else '?'} resources planned): {r.wall:.1f} s wall, "
+                f"peak tree RSS {common.mib(r.peak_rss):.0f} MiB, PSS {common.mib(r.peak_pss):.0f} MiB, over "
+                f"{r.peak_procs} processes ({r.breakdown}); CPU by process: {r.cpu_breakdown}. "
+                f"First error:\n{errors[0] if errors else r.tail(20)}")
+            ctx.artifacts["preview50"] = {"stack": stack, "last": r}
+            return sec
+        wall.add(r.wall)
+        rss.add(common.mib(r.peak_rss))
+        pss.add(common.mib(r.peak_pss))
+        single.add(common.mib(r.maxrss_single))
+        cpu.add(r.cpu)
+        last = r
+    assert last is not None
+    creates = re.search(r"\+\s*(\d+)\s+to create", last.stdout)
+    sec.row("wall time", wall.fmt("s"))
+    sec.row("peak RSS, process tree (sum, sampled every 100 ms)", rss.fmt("MiB", 0))
+    sec.row("peak PSS, process tree (sum, sampled every 1 s; shared pages split)", pss.fmt("MiB", 0))
+    sec.row("largest single process (wait4 ru_maxrss)", single.fmt("MiB", 0))
+    sec.row("CPU time of the tree (user+sys, reaped processes)", cpu.fmt("s"))
+    sec.row("resources planned", creates.group(1) if creates else "?")
+    sec.row("tree at the RSS peak (last run)", f"{last.peak_procs} processes: {last.breakdown}")
+    sec.row("CPU by process (last run, from /proc samples)", last.cpu_breakdown)
+    sec.verdict(wall.median <= AIM_S, f"median {wall.median:.1f} s vs aim {AIM_S:.0f} s")
+    ctx.artifacts["preview50"] = {"stack": stack, "last": last}
+    return sec
+
+
+def cleanup(ctx) -> None:
+    art = ctx.artifacts.get("preview50")
+    if art:
+        # Only a preview ran: nothing to destroy; remove the stack and its state.
+        art["stack"].run("stack", "rm", "--yes", "--force", "--stack", art["stack"].name, timeout=120, check=False)

@@ -1,0 +1,236 @@
+"""zones: 1, 4 and 8 zones in one `pulumi up` on the lab; bring-up split by phase.
+
+Each run starts a fresh bench lab with as many Talos nodes as zones (one single-node control
+plane per zone, the lab stack's shape), creates a fresh stack, and times `pulumi up` from
+start to exit; the event log splits every zone's bring-up into phases (bench/phases.py),
+set beside the lab's floor for each phase. The lab's RSS is sampled meanwhile (labrss).
+Then the stack is destroyed and the lab taken down. Aim: t(8)/t(1) ≤ 2 and our overhead
+≤ 10 % above the lab floor per phase.
+
+Runs are bounded: the first round runs every size; further rounds (up to N) only while the
+time budget lasts, so a figure may rest on fewer runs than N (the table says how many).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+from bench import common, labctl, phases
+from bench.report import Section
+
+SIZES = (1, 4, 8)
+UP_TIMEOUT = 1500.0  # an 8-zone up on 2 cores; the stack's own waits are bounded well below
+DESTROY_TIMEOUT = 600.0
+AIM_RATIO = 2.0
+AIM_OVERHEAD = 0.10
+
+
+@dataclass
+class Session:
+    zones: int
+    run: int
+    up: common.Run | None = None
+    zone_times: dict = field(default_factory=dict)
+    floor: dict = field(default_factory=dict)
+    cp_starts: dict = field(default_factory=dict)
+    lab_up_seconds: float | None = None
+    lab_peak: int = 0
+    lab_steady: int = 0
+    lab_breakdown: str = ""
+    lab_procs: int = 0
+    problems: list[str] = field(default_factory=list)
+    kept: tuple | None = None  # (BenchLab, ZoneStack) left converged for noop
+
+    @property
+    def ok(self) -> bool:
+        return self.up is not None and self.up.ok and not self.problems
+
+
+def session(ctx, k: int, run: int, *, keep: bool = False) -> Session:
+    """One lab, one k-zone stack, one timed `pulumi up`; cleaned up unless `keep`."""
+    s = Session(k, run)
+    work = ctx.out / f"zones-{k}-{run}"
+    lab = labctl.BenchLab(k, work / "lab", log=ctx.log)
+    zs = None
+    sampler = None
+    try:
+        ctx.log(f"zones: lab up with {k} node(s) (run {run})")
+        lab.up()
+        s.lab_up_seconds = lab.up_seconds
+        sampler = lab.rss_sampler().start()
+        zs = labctl.new_zone_stack(lab, k, work, f"zones{k}")
+        ctx.log(f"zones: pulumi up, {k} zone(s)")
+        s.up = common.timed_pulumi(zs.stack, "up", "--yes", "--skip-preview", timeout=UP_TIMEOUT,
+                                   event_log=work / "events.jsonl")
+        ctx.log(f"zones: {k} zone(s) up: rc {s.up.returncode} in {s.up.wall:.1f} s")
+        time.sleep(2.0)  # let the lab settle, then read its steady RSS
+        s.lab_steady = sampler.sample()
+        sampler.stop()
+        s.lab_peak, s.lab_breakdown, s.lab_procs = sampler.peak, sampler.breakdown(), sampler.peak_procs
+        s.zone_times = phases.zone_times(s.up.events, "bench")
+        s.cp_starts = lab.control_plane_starts()
+        try:
+            s.floor = {"reboot_delay": lab.reboot_delay()}
+        except OSError as e:
+            s.problems.append(f"could not read the reboot delay from the node control endpoint: {e}")
+        if not s.up.ok:
+            s.problems.append(f"`pulumi up` of {k} zone(s) exited {s.up.returncode}; last lines:\n{s.up.tail(25)}")
+        if keep and s.ok:
+            s.kept = (lab, zs)
+            return s
+    except Exception as e:  # noqa: BLE001 - a failed run is reported, and cleaned up
+        s.problems.append(f"{type(e).__name__}: {e}")
+    finally:
+        if sampler is not None:
+            sampler.stop()
+            s.lab_peak = max(s.lab_peak, sampler.peak)
+        if s.kept is None:
+            teardown(ctx, lab, zs, s.problems)
+    return s
+
+
+def teardown(ctx, lab: labctl.BenchLab, zs, problems: list[str]) -> None:
+    if zs is not None:
+        ctx.log(f"zones: destroying the {len(zs.zones)}-zone stack")
+        t0 = time.monotonic()
+        p = common.destroy_quietly(zs.stack, timeout=DESTROY_TIMEOUT)
+        ctx.log(f"zones: destroy {'ok' if p is None else 'FAILED: ' + p} in {time.monotonic() - t0:.0f} s")
+        if p:
+            problems.append(f"cleanup: {p}")
+    p = lab.down()
+    if p:
+        problems.append(f"cleanup: {p}")
+
+
+def run_sessions(ctx) -> list[Session]:
+    """Every zones session (memoised on ctx, so noop and labrss reuse them)."""
+    if "zones" in ctx.artifacts:
+        return ctx.artifacts["zones"]
+    sessions: list[Session] = []
+    ctx.artifacts["zones"] = sessions
+    why = labctl.lab_usable()
+    if why:
+        ctx.artifacts["zones_unusable"] = why
+        return sessions
+    t0 = time.monotonic()
+    for run in range(1, ctx.runs + 1):
+        if run > 1 and time.monotonic() - t0 > ctx.zones_budget:
+            ctx.log(f"zones: time budget of {ctx.zones_budget:.0f} s spent after {run - 1} round(s)")
+            break
+        # The largest size stays converged after its run, for noop; the one an earlier round
+        # kept goes down before this round starts, so two labs never run at once.
+        cleanup(ctx)
+        for k in ctx.zone_sizes:
+            keep = ctx.keep_converged and k == max(ctx.zone_sizes)
+            s = session(ctx, k, run, keep=keep)
+            sessions.append(s)
+            if s.kept:
+                ctx.artifacts["converged"] = s.kept
+    return sessions
+
+
+def run(ctx) -> Section:
+    sec = Section("zones", "1, 4 and 8 zones in one `pulumi up` on the lab; bring-up by phase")
+    sec.aim = f"t(8)/t(1) ≤ {AIM_RATIO:g}; our overhead ≤ {AIM_OVERHEAD:.0%} above the lab floor per phase"
+    sessions = run_sessions(ctx)
+    if "zones_unusable" in ctx.artifacts:
+        sec.not_measured(f"the lab is not usable: {ctx.artifacts['zones_unusable']}")
+        return sec
+    by_size: dict[int, list[Session]] = {}
+    for s in sessions:
+        by_size.setdefault(s.zones, []).append(s)
+    walls: dict[int, common.Series] = {}
+    rows = []
+    for k in ctx.zone_sizes:
+        ss = by_size.get(k, [])
+        good = [s for s in ss if s.ok]
+        for s in ss:
+            if not s.ok:
+                sec.not_measured(f"{k} zone(s), run {s.run}: " + "\n".join(s.problems))
+        if not good:
+            rows.append([str(k), "—", "—", f"0 of {len(ss)}"])
+            continue
+        w = common.Series([s.up.wall for s in good])
+        walls[k] = w
+        per_zone = common.Series([t for s in good for z in s.zone_times.values()
+                                  if (t := z.total(s.up.started)) is not None])
+        rows.append([str(k), w.fmt("s"), per_zone.fmt("s"), f"{len(good)} of {len(ss)}"])
+    sec.table(["zones", "`pulumi up` wall", "zone ready (start of up → its registry join)", "runs ok"], rows)
+    lo, hi = min(ctx.zone_sizes), max(ctx.zone_sizes)
+    if lo in walls and hi in walls:
+        ratio = walls[hi].median / walls[lo].median
+        sec.row(f"t({hi})/t({lo}) (medians)", f"{ratio:.2f}")
+        sec.verdict(ratio <= AIM_RATIO, f"t({hi})/t({lo}) = {ratio:.2f} vs aim {AIM_RATIO:g}")
+    else:
+        sec.not_measured(f"t({hi})/t({lo}): needs a successful run of both sizes")
+
+    for k in ctx.zone_sizes:
+        good = [s for s in by_size.get(k, []) if s.ok]
+        if good:
+            phase_table(sec, k, good)
+    cps = [v for s in sessions if s.ok for v in s.cp_starts.values()]
+    if cps:
+        sec.note(f"Lab control-plane start (etcd + apiserver + controllers + kwok per zone, from the supervisor "
+                 f"log), all runs: median {statistics.median(cps):.1f} s, max {max(cps):.1f} s over {len(cps)} "
+                 "clusters. Lab start (`python -m lab up`, hub + nodes) is not in any figure: "
+                 + ", ".join(f"{s.zones} nodes {s.lab_up_seconds:.0f} s" for s in sessions if s.lab_up_seconds) + ".")
+    sec.note("Phase increments: end(phase) − end(previous phase) per zone, where a phase ends when its last "
+             "resource's outputs event appears in the event log (stamped on read, ~20 ms), the first phase "
+             "measured from the start of `pulumi up`. 'own steps' is the summed create time of the phase's "
+             "resources (resourcePreEvent → resOutputsEvent); the rest of an increment is the engine scheduling "
+             "the step after its dependencies finished, and the plugin call itself. Floors are the lab's imposed "
+             "delays (expected values), named per phase; kubeconfig's floor is the lab's measured control-plane "
+             "start. A phase with a zero floor cannot meet a relative aim: its overhead is given in seconds.")
+    return sec
+
+
+def phase_table(sec: Section, k: int, sessions: list[Session]) -> None:
+    incs: dict[str, list[float]] = {p: [] for p in phases.PHASE_NAMES}
+    busy: dict[str, list[float]] = {p: [] for p in phases.PHASE_NAMES}
+    for s in sessions:
+        for zt in s.zone_times.values():
+            for p, v in zt.increments(s.up.started).items():
+                incs[p].append(v)
+            for p, v in zt.busy.items():
+                busy[p].append(v)
+    cps = [v for s in sessions for v in s.cp_starts.values()]
+    reboot = next((s.floor["reboot_delay"] for s in sessions if "reboot_delay" in s.floor), 1.0)
+    floors = phases.lab_floor(reboot, statistics.median(cps) if cps else None)
+    rows, misses = [], []
+    for p, label in phases.PHASES:
+        if not incs[p]:
+            rows.append([label, "—", "—", "—", "—", "—"])
+            continue
+        med = statistics.median(incs[p])
+        floor, why = floors[p]
+        b = statistics.median(busy[p]) if busy[p] else 0.0
+        if floor is None:
+            over, pct = "—", "—"
+        else:
+            over = f"{med - floor:+.2f} s"
+            pct = f"{(med - floor) / floor:+.0%}" if floor > 0 else "n/a (floor 0)"
+            if floor > 0 and (med - floor) / floor > AIM_OVERHEAD:
+                misses.append(p)
+        spread = f"{min(incs[p]):.2f}–{max(incs[p]):.2f}"
+        rows.append([label, f"{med:.2f} s ({spread})", f"{b:.2f} s",
+                     f"{floor:.2f} s" if floor is not None else "—", over, pct])
+    sec.tables.append(f"**{k} zone(s)**: per-phase increments, medians over {len(sessions)} run(s) × {k} zone(s)")
+    sec.table(["phase", "increment (min–max)", "own steps", "lab floor", "our overhead", "over floor"], rows)
+    sec.tables.append("Floors: " + "; ".join(f"{p}: {why}" for p, (_, why) in floors.items()) + ".")
+    if misses:
+        sec.verdict(False, f"{k} zone(s): overhead above {AIM_OVERHEAD:.0%} of a non-zero floor in: "
+                    + ", ".join(misses))
+    elif rows:
+        sec.verdict(True, f"{k} zone(s): every phase with a non-zero floor within {AIM_OVERHEAD:.0%}")
+
+
+def cleanup(ctx) -> None:
+    kept = ctx.artifacts.pop("converged", None)
+    if kept:
+        lab, zs = kept
+        problems: list[str] = []
+        teardown(ctx, lab, zs, problems)
+        for p in problems:
+            ctx.log(f"zones cleanup: {p}")
