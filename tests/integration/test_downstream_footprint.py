@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -298,24 +299,12 @@ def test_component_providers_and_secrets(mocked):
 NS = hub_crds.ZONE_NAMESPACE
 
 
-UPSTREAM_APPROVAL = "https://github.com/kubernetes-sigs/gateway-api/pull/2466"  # what upstream's CRDs carry
-
-
-def _approved(crds: list[dict]) -> list[dict]:
-    """The apiserver refuses CRDs in *.k8s.io groups without `api-approved.kubernetes.io`;
-    upstream's Gateway API CRDs carry it, the lab copies (at the time of writing) do not."""
-    for crd in crds:
-        if crd["spec"]["group"].endswith(".k8s.io"):
-            crd["metadata"].setdefault("annotations", {}).setdefault("api-approved.kubernetes.io", UPSTREAM_APPROVAL)
-    return crds
-
-
 @pytest.fixture(scope="module")
 def kubeconfig(apiserver) -> str:
     text = apiserver.admin_kubeconfig()
     api = kconfig.new_client_from_config_dict(yaml.safe_load(text))
     with api:
-        lab_crds.apply(api, _approved(lab_crds.gateway_api()) + lab_crds.cert_manager())
+        lab_crds.apply(api, lab_crds.gateway_api() + lab_crds.cert_manager())
         client.CoreV1Api(api).create_namespace(d.namespace_manifest(R, Z), _request_timeout=T)
     return text
 
@@ -396,7 +385,6 @@ def test_ready_only_when_the_condition_is_set_for_the_current_generation(kubecon
     _set_ready(custom, "gen", "True", "Ready", "Certificate is up to date and has not expired", observed=gen - 1)
     with pytest.raises(CertificateNotReady, match=r"for generation .*Certificate is at"):
         wait_ready(kubeconfig, NS, "gen", timeout=1.0, interval=0.3)
-    import threading
     later = threading.Timer(1.0, lambda: _set_ready(custom, "gen", "True", "Ready",
                                                     "Certificate is up to date and has not expired", observed=gen))
     later.start()
