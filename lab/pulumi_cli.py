@@ -49,12 +49,14 @@ class Stack:
         env.update(self.extra_env or {})
         return env
 
-    def run(self, *args: str, timeout: float = DEFAULT_TIMEOUT, check: bool = True) -> subprocess.CompletedProcess:
-        argv = [str(WRAPPER), *args, "--non-interactive"]
+    def run(self, *args: str, timeout: float = DEFAULT_TIMEOUT, check: bool = True,
+            stdin: str | None = None) -> subprocess.CompletedProcess:
+        argv = [str(WRAPPER), "--non-interactive", *args]
         if args and args[0] not in ("stack", "config", "login", "version", "plugin"):
-            argv += ["--stack", self.name]
+            argv[2:3] = [args[0], "--stack", self.name]
         result = subprocess.run(
-            argv, cwd=self.project_dir, env=self.env(), capture_output=True, text=True, timeout=timeout
+            argv, cwd=self.project_dir, env=self.env(), capture_output=True, text=True, timeout=timeout,
+            input=stdin,
         )
         if check and result.returncode != 0:
             raise PulumiError(list(args), result)
@@ -65,7 +67,9 @@ class Stack:
         return self
 
     def set_config(self, key: str, value: str, *, secret: bool = False) -> None:
-        self.run("config", "set", "--stack", self.name, *(["--secret"] if secret else ["--plaintext"]), "--", key, value)
+        # The value goes through stdin: a secret never shows up in the process list.
+        self.run("config", "set", "--stack", self.name, "--secret" if secret else "--plaintext", "--raw", key,
+                 stdin=value)
 
     def up(self, *extra: str, timeout: float = DEFAULT_TIMEOUT) -> subprocess.CompletedProcess:
         return self.run("up", "--yes", "--skip-preview", *extra, timeout=timeout)

@@ -27,7 +27,8 @@ def tools_bin() -> Path:
 
 @pytest.fixture(scope="module")
 def apiserver(tools_bin: Path, tmp_path_factory):
-    """A real etcd + kube-apiserver on 127.0.0.1 with generated certificates."""
+    """A real etcd, kube-apiserver and controller-manager (garbage collection finishes the
+    foreground deletions pulumi-kubernetes asks for) on 127.0.0.1 with generated certificates."""
     from lab.controlplane import ClusterPKI, ControlPlane, free_port
 
     cp = ControlPlane(
@@ -36,6 +37,7 @@ def apiserver(tools_bin: Path, tmp_path_factory):
         ClusterPKI.generate(),
         apiserver_port=free_port(),
         etcd_ports=(free_port(), free_port()),
+        controllers=True,
     ).start()
     yield cp
     cp.stop()
