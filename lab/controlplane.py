@@ -99,6 +99,7 @@ class ControlPlane:
         apiserver_port: int = 6443,
         etcd_ports: tuple[int, int] = (2379, 2380),
         controllers: bool = False,
+        controller_ports: tuple[int, int] = (10257, 10259),
         service_cidr: str = "10.96.0.0/12",
         pod_cidr: str = "10.244.0.0/16",
         env: dict[str, str] | None = None,
@@ -111,6 +112,7 @@ class ControlPlane:
         self.apiserver_port = apiserver_port
         self.etcd_ports = etcd_ports
         self.controllers = controllers
+        self.controller_ports = controller_ports
         self.service_cidr = service_cidr
         self.pod_cidr = pod_cidr
         self.env = env
@@ -241,7 +243,7 @@ class ControlPlane:
         cm = self._component_kubeconfig("system:kube-controller-manager", None)
         self._spawn("kube-controller-manager", [
             "kube-controller-manager", f"--kubeconfig={cm}", f"--authentication-kubeconfig={cm}",
-            f"--authorization-kubeconfig={cm}", f"--bind-address={a}", "--secure-port=10257",
+            f"--authorization-kubeconfig={cm}", f"--bind-address={a}", f"--secure-port={self.controller_ports[0]}",
             f"--root-ca-file={ca}", f"--service-account-private-key-file={sa_priv}",
             f"--cluster-signing-cert-file={ca}", f"--cluster-signing-key-file={ca_key}",
             "--use-service-account-credentials=true", "--allocate-node-cidrs=true",
@@ -252,7 +254,7 @@ class ControlPlane:
         sched = self._component_kubeconfig("system:kube-scheduler", None)
         self._spawn("kube-scheduler", [
             "kube-scheduler", f"--kubeconfig={sched}", f"--authentication-kubeconfig={sched}",
-            f"--authorization-kubeconfig={sched}", f"--bind-address={a}", "--secure-port=10259",
+            f"--authorization-kubeconfig={sched}", f"--bind-address={a}", f"--secure-port={self.controller_ports[1]}",
             "--leader-elect=false", "--v=0",
         ])
 

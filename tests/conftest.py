@@ -38,6 +38,7 @@ def apiserver(tools_bin: Path, tmp_path_factory):
         apiserver_port=free_port(),
         etcd_ports=(free_port(), free_port()),
         controllers=True,
+        controller_ports=(free_port(), free_port()),
     ).start()
     yield cp
     cp.stop()
