@@ -1,6 +1,6 @@
 """`python -m lab up` / `status` / `down` as a user runs them: a detached supervisor with the hub,
 an emulated node and, once a cluster is bootstrapped on it, that cluster's control plane and
-kwok; `down` must leave none of those processes behind. Addresses 127.0.31.0/24 are this
+kwok; `down` must leave none of those processes behind. Addresses 127.0.31.0-31 are this
 module's own, and its state directory is a temporary one, so a developer's lab is untouched."""
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Emulated Talos clusters get real control planes: bootstrapped through our Talos client, read
 through the kubeconfig the Talos API hands out, scheduled by a real kube-scheduler, with kwok as
-the kubelets. Addresses 127.0.30.0/24 are this module's own."""
+the kubelets. Addresses 127.0.31.96-127 are this module's own (the bench lab uses 127.0.30.11 and up,
+the lab CLI test 127.0.31.0-31)."""
 
 from __future__ import annotations
 
@@ -90,16 +91,16 @@ PROGRAM = textwrap.dedent("""
 
 
 def test_one_node_cluster_real_scheduler_and_cni_gated_health(tools, bundle, tmp_path):
-    spec = mc.ClusterSpec(name="lab-one", endpoint="https://127.0.30.1:6443", kubernetes_version="1.35.4")
-    with Lab(pool="127.0.30.0/29", reboot_delay=0.1) as lab, ClusterManager(lab.clusters, tmp_path / "clusters") as mgr:
-        node = lab.add_node("127.0.30.1")
+    spec = mc.ClusterSpec(name="lab-one", endpoint="https://127.0.31.101:6443", kubernetes_version="1.35.4")
+    with Lab(pool="127.0.31.96/29", reboot_delay=0.1) as lab, ClusterManager(lab.clusters, tmp_path / "clusters") as mgr:
+        node = lab.add_node("127.0.31.101")
         configure([node.address], mc.render(spec, bundle), lab)
         cp = talos(bundle, node.address)
         cp.bootstrap()
         assert "all k8s nodes to report" in unhealthy(cp, [node.address])  # the apiserver is still starting
 
         kubeconfig = cp.kubeconfig()  # server: the cluster endpoint, unchanged
-        assert "https://127.0.30.1:6443" in kubeconfig
+        assert "https://127.0.31.101:6443" in kubeconfig
         api = core_api(kubeconfig)
         core = client.CoreV1Api(api)
         nodes = wait_until("the Node of the emulated machine", lambda: core.list_node(_request_timeout=T).items, 120)
@@ -147,10 +148,10 @@ def test_one_node_cluster_real_scheduler_and_cni_gated_health(tools, bundle, tmp
 
 
 def test_three_node_cluster_shares_one_control_plane_and_reset_stops_it(tools, bundle, tmp_path):
-    addresses = ["127.0.30.11", "127.0.30.12", "127.0.30.13"]
+    addresses = ["127.0.31.121", "127.0.31.122", "127.0.31.123"]
     spec = mc.ClusterSpec(name="lab-three", endpoint=f"https://{addresses[0]}:6443", kubernetes_version="1.35.4",
                           control_plane=mc.PoolSpec(mc.CONTROLPLANE, 3))
-    with Lab(pool="127.0.30.8/29", reboot_delay=0.1) as lab, ClusterManager(lab.clusters, tmp_path / "clusters") as mgr:
+    with Lab(pool="127.0.31.120/29", reboot_delay=0.1) as lab, ClusterManager(lab.clusters, tmp_path / "clusters") as mgr:
         for a in addresses:
             lab.add_node(a)
         configure(addresses, mc.render(spec, bundle), lab)
