@@ -112,7 +112,7 @@ def test_preview_makes_no_talos_call_and_no_hub_write(hub, lab, tmp_path):
     set_objects(stack, "pools", [{"name": "prev-pool", "selector": {"test": "prev"}, "replicas": 2}])
     preview = stack.preview()
     assert "update" in preview.stdout
-    assert all(sum(n.calls().values()) == 0 for n in nodes)
+    assert all(sum(n.calls.values()) == 0 for n in nodes)
     assert {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in inv.list({"test": "prev"})} == versions
 
 
