@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 import pulumi
+from pulumi.output import Unknown
 from pulumi.dynamic import CheckFailure, CheckResult
 from pulumi.runtime import rpc, settings
 
@@ -50,10 +51,12 @@ def warn(message: str) -> None:
 
 
 def known(value: Any) -> bool:
-    """False for a value preview cannot know yet (or a list holding one)."""
+    """False for a value preview cannot know yet (or a list holding one). The engine sends an
+    unknown as the UNKNOWN sentinel, or as an output value that the SDK turns into an Unknown
+    (or an Output) object."""
     if isinstance(value, list):
         return all(known(v) for v in value)
-    return value != rpc.UNKNOWN
+    return value != rpc.UNKNOWN and not isinstance(value, (pulumi.Output, Unknown))
 
 
 def config_hash(config: str) -> str:
