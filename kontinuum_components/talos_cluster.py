@@ -98,8 +98,10 @@ class TalosCluster(pulumi.ComponentResource):
                                      delete_unreachable=zone.skip_unreachable_cluster,
                                      opts=pulumi.ResourceOptions(parent=self))
 
-        cilium_healthy = addons.install_cilium(self, kubeconfig.kubeconfig, single_node=zone.control_plane.replicas == 1
-                                               and not any(w.replicas for w in zone.workers))
+        # Workers join only after ControlPlaneReady, which waits for Cilium: when Cilium installs,
+        # the cluster is its control planes alone. With one, a second operator replica could never
+        # schedule (host ports), Cilium never turns healthy and the workers never come.
+        cilium_healthy = addons.install_cilium(self, kubeconfig.kubeconfig, single_node=zone.control_plane.replicas == 1)
         health = ClusterHealth(f"{name}-health", address=first_cp, talosconfig=talosconfig,
                                control_plane_nodes=cp_addresses, worker_nodes=[], talos_port=zone.talos_port,
                                timeout=float(t["health"]),

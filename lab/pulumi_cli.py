@@ -3,6 +3,11 @@
 The wrapper owns the environment (file backend, PULUMI_HOME, no plugin downloads); this
 module adds what a caller needs: an isolated state folder, a passphrase, a bounded run, and
 JSON-parsed results.
+
+With `config_file`, the stack's config lives in that file (the engine's `--config-file`) instead
+of the project's stack config folder, so a test can run the repo's own project without writing
+into its stacks/. `stack init` has no such flag: it runs in a scratch project of the same name
+under the state folder, and the encryption salt it writes is carried into `config_file`.
 """
 
 from __future__ import annotations
@@ -10,12 +15,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+
+import yaml
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 WRAPPER = ROOT / "tools" / "pulumi"
 DEFAULT_TIMEOUT = 900.0
+# Commands that take the engine's --config-file flag.
+CONFIG_FILE_COMMANDS = ("up", "preview", "destroy", "refresh", "config", "import", "watch")
 
 
 class PulumiError(RuntimeError):
@@ -35,6 +44,7 @@ class Stack:
     state_dir: Path
     passphrase: str
     extra_env: dict[str, str] | None = None
+    config_file: Path | None = None  # the stack's config file, instead of <stackConfigDir>/Pulumi.<stack>.yaml
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -49,22 +59,54 @@ class Stack:
         env.update(self.extra_env or {})
         return env
 
-    def run(self, *args: str, timeout: float = DEFAULT_TIMEOUT, check: bool = True,
-            stdin: str | None = None) -> subprocess.CompletedProcess:
+    def command(self, *args: str) -> list[str]:
+        """The full command line for `pulumi <args>` on this stack (run it with env(), in project_dir)."""
         argv = [str(WRAPPER), "--non-interactive", *args]
         if args and args[0] not in ("stack", "config", "login", "version", "plugin"):
             argv[2:3] = [args[0], "--stack", self.name]
+        if self.config_file is not None and args and args[0] in CONFIG_FILE_COMMANDS:
+            argv[3:3] = [f"--config-file={self.config_file}"]
+        return argv
+
+    def run(self, *args: str, timeout: float = DEFAULT_TIMEOUT, check: bool = True,
+            stdin: str | None = None) -> subprocess.CompletedProcess:
+        return self._run(self.command(*args), self.project_dir, args, timeout=timeout, check=check, stdin=stdin)
+
+    def _run(self, argv: list[str], cwd: Path, args: tuple[str, ...], *, timeout: float, check: bool,
+             stdin: str | None) -> subprocess.CompletedProcess:
         result = subprocess.run(
-            argv, cwd=self.project_dir, env=self.env(), capture_output=True, text=True, timeout=timeout,
-            input=stdin,
+            argv, cwd=cwd, env=self.env(), capture_output=True, text=True, timeout=timeout, input=stdin,
         )
         if check and result.returncode != 0:
             raise PulumiError(list(args), result)
         return result
 
     def init(self) -> "Stack":
-        self.run("stack", "init", self.name, "--secrets-provider", "passphrase")
+        if self.config_file is None:
+            self.run("stack", "init", self.name, "--secrets-provider", "passphrase")
+            return self
+        # `stack init` writes the passphrase's salt to <stackConfigDir>/Pulumi.<stack>.yaml and has
+        # no --config-file: init from a scratch project of the same name, keep the salt.
+        scratch = self.state_dir / "init-project"
+        scratch.mkdir(parents=True, exist_ok=True)
+        project = yaml.safe_load((self.project_dir / "Pulumi.yaml").read_text())
+        (scratch / "Pulumi.yaml").write_text(yaml.safe_dump({"name": project["name"], "runtime": project["runtime"]}))
+        args = ("stack", "init", self.name, "--secrets-provider", "passphrase")
+        self._run([str(WRAPPER), "--non-interactive", *args], scratch, args, timeout=DEFAULT_TIMEOUT, check=True,
+                  stdin=None)
+        salt = yaml.safe_load((scratch / f"Pulumi.{self.name}.yaml").read_text())["encryptionsalt"]
+        existing = yaml.safe_load(self.config_file.read_text()) if self.config_file.exists() else None
+        self.write_config_file({**(existing or {}), "encryptionsalt": salt})
         return self
+
+    def write_config_file(self, settings: dict) -> None:
+        """Replace the stack's config file (config_file stacks only); keeps the encryption salt."""
+        assert self.config_file is not None, "write_config_file needs a Stack with config_file"
+        if "encryptionsalt" not in settings and self.config_file.exists():
+            salt = (yaml.safe_load(self.config_file.read_text()) or {}).get("encryptionsalt")
+            settings = {**settings, **({"encryptionsalt": salt} if salt else {})}
+        self.config_file.parent.mkdir(parents=True, exist_ok=True)
+        self.config_file.write_text(yaml.safe_dump(settings, sort_keys=False))
 
     def set_config(self, key: str, value: str, *, secret: bool = False) -> None:
         # The value goes through stdin: a secret never shows up in the process list.
