@@ -27,13 +27,18 @@ test: venv tools
 test-unit: venv
 	$(PY) -m pytest tests/unit
 
-lab: venv tools
-	@echo "make lab: the embedded lab (Talos node emulator, local control planes, hub) and the"
-	@echo "lab stack have not landed yet (issues #5 and #8). Nothing was started." >&2
-	@exit 1
+# The lab stack uses a throwaway passphrase: its secrets protect nothing outside this machine.
+LAB_ENV = KONTINUUM_STATE=$(CURDIR)/.state PULUMI_CONFIG_PASSPHRASE=kontinuum-lab
 
-lab-down:
-	@echo "make lab-down: nothing to stop; the lab has not landed yet (issue #5)."
+lab: venv tools
+	$(RUN) $(PY) -m lab up
+	$(LAB_ENV) tools/pulumi --non-interactive stack select lab --create
+	$(LAB_ENV) tools/pulumi --non-interactive up --yes --skip-preview --stack lab
+	@$(LAB_ENV) $(PY) -m lab.report --stack lab
+
+lab-down: venv
+	-$(LAB_ENV) tools/pulumi --non-interactive destroy --yes --skip-preview --stack lab
+	$(RUN) $(PY) -m lab down
 
 clean:
 	rm -rf .state .pytest_cache

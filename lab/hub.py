@@ -82,8 +82,11 @@ class Hub:
         else:
             pki_ = ClusterPKI.generate()
             _save_pki(pki_path, pki_)
+        # With the controller-manager, as any real hub: its garbage collector completes the
+        # foreground deletions pulumi-kubernetes asks for (hub Secrets of removed zones).
         self.control_plane = ControlPlane(
-            name, self.workdir / "controlplane", pki_, address=address, apiserver_port=port, etcd_ports=etcd_ports
+            name, self.workdir / "controlplane", pki_, address=address, apiserver_port=port, etcd_ports=etcd_ports,
+            controllers=True,
         )
 
     @property
