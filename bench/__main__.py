@@ -39,6 +39,9 @@ class Context:
     zones_budget: float
     keep_converged: bool
     only_empty: bool = False
+    preview_budget: float = 420.0
+    profile: bool = False
+    destroy_timeout: float = 240.0
     artifacts: dict = field(default_factory=dict)
     t0: float = field(default_factory=time.monotonic)
 
@@ -53,6 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--zones", default="1,4,8", help="zone counts for zones/labrss/noop (1,4,8)")
     p.add_argument("--zones-budget", type=float, default=float(os.environ.get("BENCH_ZONES_BUDGET", "1200")),
                    help="seconds after which zones starts no further round of runs (1200)")
+    p.add_argument("--preview-budget", type=float, default=float(os.environ.get("BENCH_PREVIEW_BUDGET", "420")),
+                   help="seconds after which preview50 starts no further run (420)")
+    p.add_argument("--profile", action="store_true",
+                   help="profile one more run where a figure misses its aim (engine pprof, py-spy from PyPI)")
+    p.add_argument("--destroy-timeout", type=float, default=240.0,
+                   help="bound of the one timed `pulumi destroy` zones runs (240 s)")
     p.add_argument("--noop-empty-only", action="store_true", help="noop: only the empty-program baseline")
     p.add_argument("--results", type=Path, default=RESULTS)
     args = p.parse_args(argv)
@@ -72,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     started = common.now()
     common.OUT.mkdir(parents=True, exist_ok=True)
     ctx = Context(args.runs, common.OUT, sizes, args.zones_budget, keep_converged="noop" in only,
-                  only_empty=args.noop_empty_only)
+                  only_empty=args.noop_empty_only, preview_budget=args.preview_budget, profile=args.profile,
+                  destroy_timeout=args.destroy_timeout)
     sections: dict[str, report.Section] = {}
     try:
         for name in RUN_ORDER:

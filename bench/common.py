@@ -380,6 +380,8 @@ class Run:
     stderr: str
     events: list[Event]
     started: float  # time.time() at start
+    profile: str = ""  # with `profile=`: what dominated, engine and program
+
 
     @property
     def ok(self) -> bool:
@@ -391,10 +393,15 @@ class Run:
 
 
 def timed_pulumi(stack: Stack, *args: str, timeout: float, event_log: Path | None = None,
-                 extra_env: dict[str, str] | None = None) -> Run:
+                 extra_env: dict[str, str] | None = None, profile: Path | None = None) -> Run:
     """Run the pinned engine through tools/pulumi in its own session, sample its tree's RSS,
-    follow its event log, and take wall and rusage figures. Kills the tree on timeout."""
+    follow its event log, and take wall and rusage figures. Kills the tree on timeout.
+    With `profile` (a directory), also profile the engine and the Python program there."""
     argv = [str(WRAPPER), *args, "--non-interactive"]
+    if profile is not None:
+        shutil.rmtree(profile, ignore_errors=True)
+        profile.mkdir(parents=True)
+        argv += ["--profiling", str(profile / "engine")]
     if args and args[0] not in ("stack", "config"):
         argv += ["--stack", stack.name]
     tail = None
@@ -403,6 +410,8 @@ def timed_pulumi(stack: Stack, *args: str, timeout: float, event_log: Path | Non
         argv += ["--event-log", str(event_log)]
         tail = EventTail(event_log).start()
     env = stack.env()
+    if event_log is not None:
+        env["PULUMI_DEBUG_COMMANDS"] = "true"  # `--event-log` exists only with debug commands on
     env.update(extra_env or {})
     out_path = stack.state_dir / "last.stdout"
     err_path = stack.state_dir / "last.stderr"
@@ -413,6 +422,10 @@ def timed_pulumi(stack: Stack, *args: str, timeout: float, event_log: Path | Non
         proc = subprocess.Popen(argv, cwd=stack.project_dir, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=err, start_new_session=True)
         sampler = TreeSampler(proc.pid).start()
+        spy = None
+        if profile is not None:
+            from bench.profile import ProgramSpy
+            spy = ProgramSpy(lambda: proc.pid, profile / "program.txt").start()
         deadline = t0 + timeout
         status = rusage = None
         while True:
@@ -427,6 +440,12 @@ def timed_pulumi(stack: Stack, *args: str, timeout: float, event_log: Path | Non
         wall = time.monotonic() - t0
         proc.returncode = os.waitstatus_to_exitcode(status)
     sampler.stop()
+    summary = ""
+    if spy is not None:
+        from bench.profile import summarize_engine, summarize_pyspy
+        spy.stop()
+        summary = (f"engine: {summarize_engine(profile / 'engine')}. Python program (py-spy): "
+                   + (spy.error or summarize_pyspy(profile / "program.txt")) + ".")
     events = tail.stop() if tail else []
     timed_out = wall >= timeout
     stdout, stderr = out_path.read_text(errors="replace"), err_path.read_text(errors="replace")
@@ -435,7 +454,7 @@ def timed_pulumi(stack: Stack, *args: str, timeout: float, event_log: Path | Non
     return Run(list(args), proc.returncode if not timed_out else -9, wall, sampler.peak, sampler.peak_pss,
                sampler.breakdown(), sampler.cpu_breakdown(), sampler.peak_procs, rusage.ru_maxrss * 1024,
                rusage.ru_utime + rusage.ru_stime, stdout, stderr,
-               events, started)
+               events, started, summary)
 
 
 def kill_tree(root: int) -> None:

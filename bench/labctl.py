@@ -12,9 +12,12 @@ import datetime as dt
 import ipaddress
 import json
 import re
+import ssl
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,12 +138,62 @@ class BenchLab:
             if not m:
                 continue
             t = dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
-            name, rest = m.group(2), m.group(3)
+            name, rest = m.group(2).rstrip(":"), m.group(3)
             if "bootstrapped; starting its control plane" in rest:
                 start[name] = t
             elif "stand-ins running" in rest and name in start:
                 done[name] = t
         return {n: done[n] - start[n] for n in done}
+
+
+class ReadyzWatcher:
+    """The lab's side of the kubeconfig phase: when each zone's kube-apiserver (the lab's, on
+    <node>:6443) first serves HTTP at all (any status: the Kubeconfig resource's GET /version with
+    admin credentials goes through from then on) and when /readyz first answers 200. Polls
+    every 100 ms, unauthenticated."""
+
+    def __init__(self, addresses: list[str], port: int = 6443, every: float = 0.1):
+        self.addresses = addresses
+        self.port = port
+        self.every = every
+        self.serving: dict[str, float] = {}
+        self.ready: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="readyz", daemon=True)
+        self._ctx = ssl.create_default_context()
+        self._ctx.check_hostname = False
+        self._ctx.verify_mode = ssl.CERT_NONE
+
+    def start(self) -> "ReadyzWatcher":
+        self._thread.start()
+        return self
+
+    def _probe(self, address: str) -> int | None:
+        try:
+            with urllib.request.urlopen(f"https://{address}:{self.port}/readyz", context=self._ctx, timeout=1) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+        except (OSError, ValueError):
+            return None
+
+    def _run(self) -> None:
+        while not self._stop.is_set() and len(self.ready) < len(self.addresses):
+            for a in self.addresses:
+                if a in self.ready:
+                    continue
+                code = self._probe(a)
+                t = time.time()
+                if code is not None:
+                    self.serving.setdefault(a, t)
+                if code == 200:
+                    self.ready[a] = t
+            self._stop.wait(self.every)
+
+    def stop(self) -> "ReadyzWatcher":
+        self._stop.set()
+        self._thread.join(5)
+        return self
 
 
 @dataclass

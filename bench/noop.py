@@ -115,6 +115,12 @@ def run(ctx) -> Section:
         sec.row("no-op / empty (medians)", f"{ratio:.2f}")
         sec.verdict(ratio <= AIM, f"no-op {wall.median:.2f} s = {ratio:.2f} × empty {empty.median:.2f} s "
                     f"(aim ≤ {AIM:g} ×)")
+        if last is not None:
+            sec.row(f"{k}-zone no-op, CPU by process (last run)", last.cpu_breakdown)
+        if ratio > AIM and ctx.profile:
+            r = common.timed_pulumi(zs.stack, "up", "--yes", "--skip-preview", "--expect-no-changes", timeout=TIMEOUT,
+                                    profile=ctx.out / "noop-profile")
+            sec.note(f"Profile of one more no-op up ({r.wall:.1f} s, profiling on): {r.profile}")
     calls = ", ".join(f"{m} {n}" for m, n in sorted(total.items())) or "none"
     mutating = {m: n for m, n in total.items() if labctl.is_mutating(m) and n}
     sec.row(f"Talos calls during the {len(calls_per_run)} no-op up(s), all {k} nodes, by kind", calls)

@@ -4,8 +4,9 @@ Each run starts a fresh bench lab with as many Talos nodes as zones (one single-
 plane per zone, the lab stack's shape), creates a fresh stack, and times `pulumi up` from
 start to exit; the event log splits every zone's bring-up into phases (bench/phases.py),
 set beside the lab's floor for each phase. The lab's RSS is sampled meanwhile (labrss).
-Then the stack is destroyed and the lab taken down. Aim: t(8)/t(1) ≤ 2 and our overhead
-≤ 10 % above the lab floor per phase.
+Then the lab goes down and the stack is removed; the very first run also times a bounded
+`pulumi destroy` before that (a destroy per run would cost more than the runs). Aim:
+t(8)/t(1) ≤ 2 and our overhead ≤ 10 % above the lab floor per phase.
 
 Runs are bounded: the first round runs every size; further rounds (up to N) only while the
 time budget lasts, so a figure may rest on fewer runs than N (the table says how many).
@@ -13,6 +14,7 @@ time budget lasts, so a figure may rest on fewer runs than N (the table says how
 
 from __future__ import annotations
 
+import shutil
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -36,11 +38,14 @@ class Session:
     floor: dict = field(default_factory=dict)
     cp_starts: dict = field(default_factory=dict)
     lab_up_seconds: float | None = None
+    apiserver_serving: dict = field(default_factory=dict)  # zone -> time.time() its apiserver first answered HTTP
+    apiserver_ready: dict = field(default_factory=dict)  # zone -> time.time() its /readyz first answered 200
     lab_peak: int = 0
     lab_steady: int = 0
     lab_breakdown: str = ""
     lab_procs: int = 0
-    problems: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # of the measured `pulumi up`
+    cleanup: list[str] = field(default_factory=list)  # of the teardown after it
     kept: tuple | None = None  # (BenchLab, ZoneStack) left converged for noop
 
     @property
@@ -52,6 +57,7 @@ def session(ctx, k: int, run: int, *, keep: bool = False) -> Session:
     """One lab, one k-zone stack, one timed `pulumi up`; cleaned up unless `keep`."""
     s = Session(k, run)
     work = ctx.out / f"zones-{k}-{run}"
+    shutil.rmtree(work, ignore_errors=True)  # a fresh lab: the hub keeps its etcd data across lab up/down
     lab = labctl.BenchLab(k, work / "lab", log=ctx.log)
     zs = None
     sampler = None
@@ -62,8 +68,17 @@ def session(ctx, k: int, run: int, *, keep: bool = False) -> Session:
         sampler = lab.rss_sampler().start()
         zs = labctl.new_zone_stack(lab, k, work, f"zones{k}")
         ctx.log(f"zones: pulumi up, {k} zone(s)")
-        s.up = common.timed_pulumi(zs.stack, "up", "--yes", "--skip-preview", timeout=UP_TIMEOUT,
-                                   event_log=work / "events.jsonl")
+        readyz = labctl.ReadyzWatcher(lab.addresses[:k]).start()
+        try:
+            s.up = common.timed_pulumi(zs.stack, "up", "--yes", "--skip-preview", timeout=UP_TIMEOUT,
+                                       event_log=work / "events.jsonl")
+        finally:
+            readyz.stop()
+        for i, a in enumerate(lab.addresses[:k]):
+            if a in readyz.serving:
+                s.apiserver_serving[common.zone_name(i)] = readyz.serving[a]
+            if a in readyz.ready:
+                s.apiserver_ready[common.zone_name(i)] = readyz.ready[a]
         ctx.log(f"zones: {k} zone(s) up: rc {s.up.returncode} in {s.up.wall:.1f} s")
         time.sleep(2.0)  # let the lab settle, then read its steady RSS
         s.lab_steady = sampler.sample()
@@ -74,7 +89,7 @@ def session(ctx, k: int, run: int, *, keep: bool = False) -> Session:
         try:
             s.floor = {"reboot_delay": lab.reboot_delay()}
         except OSError as e:
-            s.problems.append(f"could not read the reboot delay from the node control endpoint: {e}")
+            s.cleanup.append(f"could not read the reboot delay from the node control endpoint (floor uses 1 s): {e}")
         if not s.up.ok:
             s.problems.append(f"`pulumi up` of {k} zone(s) exited {s.up.returncode}; last lines:\n{s.up.tail(25)}")
         if keep and s.ok:
@@ -87,21 +102,47 @@ def session(ctx, k: int, run: int, *, keep: bool = False) -> Session:
             sampler.stop()
             s.lab_peak = max(s.lab_peak, sampler.peak)
         if s.kept is None:
-            teardown(ctx, lab, zs, s.problems)
+            first = "destroy" not in ctx.artifacts
+            if first:
+                ctx.artifacts["destroy"] = {}
+            teardown(ctx, lab, zs, s.cleanup, destroy=first, record=ctx.artifacts.get("destroy") if first else None)
     return s
 
 
-def teardown(ctx, lab: labctl.BenchLab, zs, problems: list[str]) -> None:
-    if zs is not None:
-        ctx.log(f"zones: destroying the {len(zs.zones)}-zone stack")
-        t0 = time.monotonic()
-        p = common.destroy_quietly(zs.stack, timeout=DESTROY_TIMEOUT)
-        ctx.log(f"zones: destroy {'ok' if p is None else 'FAILED: ' + p} in {time.monotonic() - t0:.0f} s")
-        if p:
-            problems.append(f"cleanup: {p}")
+def teardown(ctx, lab: labctl.BenchLab, zs, problems: list[str], *, destroy: bool = False,
+             record: dict | None = None) -> None:
+    """Stop the lab and drop the stack. With `destroy`, `pulumi destroy` runs first (bounded);
+    either way the lab goes down and the stack is removed with --force: every resource of a
+    bench stack lived in that lab, so nothing outlives it."""
+    if zs is not None and destroy:
+        ctx.log(f"zones: destroying the {len(zs.zones)}-zone stack (bound {ctx.destroy_timeout:.0f} s)")
+        r = common.timed_pulumi(zs.stack, "destroy", "--yes", "--skip-preview", timeout=ctx.destroy_timeout)
+        ctx.log(f"zones: destroy rc {r.returncode} in {r.wall:.0f} s")
+        if record is not None:
+            record.update(wall=r.wall, ok=r.ok, zones=len(zs.zones))
+        if not r.ok:
+            stuck = pending_operations(zs.stack)
+            why = (f"`pulumi destroy` of {len(zs.zones)} zone(s) "
+                   + (f"did not finish within {ctx.destroy_timeout:.0f} s" if r.returncode == -9
+                      else f"exited {r.returncode}")
+                   + (f"; still in progress: {stuck}" if stuck else f"; last lines:\n{r.tail(15)}"))
+            if record is not None:
+                record["problem"] = why
+            problems.append(f"cleanup: {why}")
     p = lab.down()
     if p:
         problems.append(f"cleanup: {p}")
+    if zs is not None:
+        zs.stack.run("stack", "rm", "--yes", "--force", "--stack", zs.stack.name, timeout=120, check=False)
+
+
+def pending_operations(stack) -> str:
+    try:
+        ops = stack.export()["deployment"].get("pending_operations") or []
+    except Exception:  # noqa: BLE001 - a diagnostic only
+        return ""
+    return ", ".join(f"{o.get('type')} {o['resource']['type']} {o['resource']['urn'].rsplit('::', 1)[-1]}"
+                     for o in ops)
 
 
 def run_sessions(ctx) -> list[Session]:
@@ -170,19 +211,44 @@ def run(ctx) -> Section:
         good = [s for s in by_size.get(k, []) if s.ok]
         if good:
             phase_table(sec, k, good)
+    detail = next((s for k in ctx.zone_sizes for s in by_size.get(k, []) if s.ok), None)
+    if detail is not None:
+        zt = detail.zone_times[sorted(detail.zone_times)[0]]
+        t0 = detail.up.started
+        sec.tables.append(f"**Steps of zone {zt.zone}** ({detail.zones} zone(s), run {detail.run}): each resource's "
+                          "create, from its resourcePreEvent to its resOutputsEvent, seconds after `pulumi up` started")
+        sec.table(["resource", "phase", "start", "end", "took"],
+                  [[name, phase, f"{a - t0:.2f}", f"{b - t0:.2f}", f"{b - a:.2f}"]
+                   for phase, name, a, b in sorted(zt.steps, key=lambda x: x[2])])
+    d = ctx.artifacts.get("destroy") or {}
+    if d.get("ok"):
+        sec.row(f"`pulumi destroy` of {d['zones']} zone(s) (first run only)", f"{d['wall']:.1f} s")
+    elif d.get("problem"):
+        sec.row(f"`pulumi destroy` of {d['zones']} zone(s) (first run only)", f"failed after {d['wall']:.0f} s")
+        sec.not_measured(d["problem"])
+    for s in sessions:
+        for c in s.cleanup:
+            if c.removeprefix("cleanup: ") != d.get("problem"):
+                sec.note(f"{s.zones} zone(s), run {s.run}: {c}")
     cps = [v for s in sessions if s.ok for v in s.cp_starts.values()]
     if cps:
-        sec.note(f"Lab control-plane start (etcd + apiserver + controllers + kwok per zone, from the supervisor "
-                 f"log), all runs: median {statistics.median(cps):.1f} s, max {max(cps):.1f} s over {len(cps)} "
+        sec.note(f"Lab control-plane start to stand-ins running (etcd + apiserver + controllers + kwok + node "
+                 f"registration per zone, from the supervisor log), all runs: median {statistics.median(cps):.1f} s, max {max(cps):.1f} s over {len(cps)} "
                  "clusters. Lab start (`python -m lab up`, hub + nodes) is not in any figure: "
                  + ", ".join(f"{s.zones} nodes {s.lab_up_seconds:.0f} s" for s in sessions if s.lab_up_seconds) + ".")
+    ready = [s.apiserver_ready[z] - s.apiserver_serving[z] for s in sessions if s.ok for z in s.apiserver_ready
+             if z in s.apiserver_serving]
+    if ready:
+        sec.note(f"A zone apiserver serves HTTP (the kubeconfig floor) {statistics.median(ready):.1f} s (median) before "
+                 "its /readyz first answers 200.")
     sec.note("Phase increments: end(phase) − end(previous phase) per zone, where a phase ends when its last "
-             "resource's outputs event appears in the event log (stamped on read, ~20 ms), the first phase "
-             "measured from the start of `pulumi up`. 'own steps' is the summed create time of the phase's "
-             "resources (resourcePreEvent → resOutputsEvent); the rest of an increment is the engine scheduling "
-             "the step after its dependencies finished, and the plugin call itself. Floors are the lab's imposed "
-             "delays (expected values), named per phase; kubeconfig's floor is the lab's measured control-plane "
-             "start. A phase with a zero floor cannot meet a relative aim: its overhead is given in seconds.")
+             "resource's outputs event appears in the event log (stamped on read, ~20 ms), the first (startup) "
+             "measured from the start of `pulumi up` to the first resource registered. 'own steps' is the summed "
+             "create time of the phase's resources (resourcePreEvent → resOutputsEvent); the rest of an increment "
+             "is the engine scheduling the step after its dependencies finished, and the provider's own start. "
+             "Floors are the lab's imposed delays (expected values), named per phase; kubeconfig's floor is "
+             "measured: bootstrap done → the zone's apiserver serves HTTP. A phase with a zero floor cannot meet "
+             "a relative aim: its overhead is given in seconds.")
     return sec
 
 
@@ -195,9 +261,11 @@ def phase_table(sec: Section, k: int, sessions: list[Session]) -> None:
                 incs[p].append(v)
             for p, v in zt.busy.items():
                 busy[p].append(v)
-    cps = [v for s in sessions for v in s.cp_starts.values()]
+    # The kubeconfig phase's floor, per zone: bootstrap done → the lab's apiserver serves.
+    api = [s.apiserver_serving[z] - zt.ends["bootstrap"] for s in sessions for z, zt in s.zone_times.items()
+           if z in s.apiserver_serving and "bootstrap" in zt.ends]
     reboot = next((s.floor["reboot_delay"] for s in sessions if "reboot_delay" in s.floor), 1.0)
-    floors = phases.lab_floor(reboot, statistics.median(cps) if cps else None)
+    floors = phases.lab_floor(reboot, statistics.median(api) if api else None)
     rows, misses = [], []
     for p, label in phases.PHASES:
         if not incs[p]:
