@@ -3,6 +3,7 @@ contacts nothing), tolerant of preview's unknowns, and planning the right replac
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from pathlib import Path
 
@@ -198,7 +199,17 @@ def test_kubeconfig_and_health_checks(tc):
 # --- the resources ----------------------------------------------------------------------------------
 
 
-def test_resources_mark_secrets_and_pickle_stateless_providers(monkeypatch, tc):
+@pytest.fixture
+def event_loop_set():
+    """pulumi.Output needs a current event loop; tests run earlier in the session may leave none."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    yield loop
+    asyncio.set_event_loop(None)
+    loop.close()
+
+
+def test_resources_mark_secrets_and_pickle_stateless_providers(monkeypatch, tc, event_loop_set):
     seen = {}
 
     def register(self, provider, name, props, opts=None):
