@@ -232,7 +232,7 @@ def test_stand_in_refuses_a_wrong_key_then_joins_with_the_footprint_identity(hub
         assert server.last_error is None and server.state.phase == "rejected", server.state
 
         with pytest.raises(RegistryNotJoined) as e:
-            wait_joined(hub_.kubeconfig, region, zone, timeout=1.0, interval=0.3, zone_kubeconfig=hub_.kubeconfig)
+            wait_joined(hub_.kubeconfig, region, zone, timeout=5.0, interval=0.3, zone_kubeconfig=hub_.kubeconfig)
         msg = str(e.value)
         assert "no Kontinuum for region 'lab' zone 'z1'" in msg
         assert f"on the zone: Deployment {hub.ZONE_NAMESPACE}/{hub.ZONE_DEPLOYMENT} is Available" in msg

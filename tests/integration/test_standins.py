@@ -171,7 +171,7 @@ def test_kontinuum_server_heartbeats_only_with_the_matching_identity(api, kubeco
 
         core.replace_namespaced_secret(hub.ZONE_IDENTITY_SECRET, NS, _tls_secret(hub.ZONE_IDENTITY_SECRET, wrong),
                                        _request_timeout=T)
-        wait_until("rejection of the swapped key", lambda: server.state.phase == "rejected", 20)
+        wait_until("rejection of the swapped key", lambda: server.state.phase == "rejected", 60)
     finally:
         server.stop()
     assert not server.running()
