@@ -120,6 +120,30 @@ class Series:
         return f"{self.median:.{digits}f} {unit} (min {lo:.{digits}f}, max {hi:.{digits}f}, n={len(self.values)})"
 
 
+class Budget:
+    """Runs up to `n`, the first always; a further one only if, at the average pace so far, it
+    would end within `seconds` of the first's start. `stopped` says after how many it stopped."""
+
+    def __init__(self, n: int, seconds: float):
+        self.n, self.seconds = n, seconds
+        self.stopped: int | None = None
+
+    def __iter__(self):
+        t0 = time.monotonic()
+        for i in range(self.n):
+            spent = time.monotonic() - t0
+            if i and spent + spent / i > self.seconds:
+                self.stopped = i
+                return
+            yield i
+
+    def note(self, flag: str) -> str | None:
+        if self.stopped is None:
+            return None
+        return (f"Runs stopped after {self.stopped} of {self.n}: another would pass the {self.seconds:.0f} s "
+                f"budget ({flag}).")
+
+
 def mib(n_bytes: float) -> float:
     return n_bytes / 1024 / 1024
 

@@ -98,6 +98,20 @@ class BenchLab:
         """Summed RSS of the supervisor and everything it started (hub, control planes, kwok)."""
         return common.TreeSampler(roots=lambda: [self.pid])
 
+    def cpu_cores(self, seconds: float = 10.0) -> float:
+        """CPU the lab's process tree uses while nothing drives it, in cores (CPU s per s)."""
+        def total() -> float:
+            out = 0.0
+            for pid in common.descendants(self.pid):
+                st = common._stat_full(pid)
+                if st:
+                    out += st[2]
+            return out
+
+        a, t0 = total(), time.monotonic()
+        time.sleep(seconds)
+        return (total() - a) / (time.monotonic() - t0)
+
     # -- emulated nodes' control endpoints -------------------------------------------------------
 
     def _control(self, address: str, path: str, post: bool = False) -> dict:

@@ -31,8 +31,13 @@ def run(ctx) -> Section:
         steady = common.Series([common.mib(s.lab_steady) for s in converged])
         last = measured[-1]
         note = "" if converged else "the zones did not converge: peak of a partial bring-up"
+        idle = common.Series([s.lab_idle_cores for s in converged if s.lab_idle_cores is not None])
         rows.append([str(k), peak.fmt("MiB", 0), steady.fmt("MiB", 0) if steady.values else "—",
+                     idle.fmt("cores", 2) if idle.values else "—",
                      f"{last.lab_procs} processes: {last.lab_breakdown}", note])
     sec.table(["zones", "peak (sum over the lab's processes)", "converged, 2 s after `up`",
-               "at the peak (last run)", "note"], rows)
+               "CPU of the idle converged lab (10 s)", "at the peak (last run)", "note"], rows)
+    sec.note("The idle lab's CPU is what its control planes (apiserver, controllers, scheduler, etcd, kwok) and "
+             "the supervisor burn with nothing driving them; on this 2-core machine it is CPU the `pulumi up` of "
+             "zones does not get.")
     return sec

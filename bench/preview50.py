@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ipaddress
 import re
-import time
 
 from bench import common
 from bench.report import Section
@@ -65,12 +64,8 @@ def run(ctx) -> Section:
 
     wall, rss, pss, single, cpu = (common.Series() for _ in range(5))
     last = None
-    t0 = time.monotonic()
-    for i in range(ctx.runs):
-        if i and time.monotonic() - t0 + wall.values[-1] > ctx.preview_budget:
-            sec.note(f"Runs stopped after {i} of {ctx.runs}: another would pass the {ctx.preview_budget:.0f} s budget "
-                     "(--preview-budget).")
-            break
+    budget = common.Budget(ctx.runs, ctx.preview_budget)
+    for i in budget:
         r = common.timed_pulumi(stack, "preview", timeout=TIMEOUT)
         ctx.log(f"preview50 run {i + 1}/{ctx.runs}: rc {r.returncode}, {r.wall:.1f} s, "
                 f"peak tree RSS {common.mib(r.peak_rss):.0f} MiB")
@@ -84,6 +79,8 @@ def run(ctx) -> Section:
         cpu.add(r.cpu)
         last = r
     assert last is not None
+    if budget.note("--preview-budget"):
+        sec.note(budget.note("--preview-budget"))
     creates = re.search(r"\+\s*(\d+)\s+to create", last.stdout)
     sec.row("wall time", wall.fmt("s"))
     sec.row("peak RSS, process tree (sum, sampled every 100 ms)", rss.fmt("MiB", 0))

@@ -25,6 +25,7 @@ from bench.report import Section
 SIZES = (1, 4, 8)
 UP_TIMEOUT = 1500.0  # an 8-zone up on 2 cores; the stack's own waits are bounded well below
 DESTROY_TIMEOUT = 600.0
+LAB_IDLE_SECONDS = 10.0  # how long the converged lab's own CPU use is measured
 AIM_RATIO = 2.0
 AIM_OVERHEAD = 0.10
 
@@ -44,6 +45,7 @@ class Session:
     lab_steady: int = 0
     lab_breakdown: str = ""
     lab_procs: int = 0
+    lab_idle_cores: float | None = None  # CPU the converged lab uses by itself
     problems: list[str] = field(default_factory=list)  # of the measured `pulumi up`
     cleanup: list[str] = field(default_factory=list)  # of the teardown after it
     kept: tuple | None = None  # (BenchLab, ZoneStack) left converged for noop
@@ -84,6 +86,8 @@ def session(ctx, k: int, run: int, *, keep: bool = False) -> Session:
         s.lab_steady = sampler.sample()
         sampler.stop()
         s.lab_peak, s.lab_breakdown, s.lab_procs = sampler.peak, sampler.breakdown(), sampler.peak_procs
+        if s.up.ok:
+            s.lab_idle_cores = lab.cpu_cores(LAB_IDLE_SECONDS)
         s.zone_times = phases.zone_times(s.up.events, "bench")
         s.cp_starts = lab.control_plane_starts()
         try:
@@ -157,8 +161,11 @@ def run_sessions(ctx) -> list[Session]:
         return sessions
     t0 = time.monotonic()
     for run in range(1, ctx.runs + 1):
-        if run > 1 and time.monotonic() - t0 > ctx.zones_budget:
-            ctx.log(f"zones: time budget of {ctx.zones_budget:.0f} s spent after {run - 1} round(s)")
+        spent = time.monotonic() - t0
+        if run > 1 and spent + spent / (run - 1) > ctx.zones_budget:
+            ctx.log(f"zones: another round would pass the {ctx.zones_budget:.0f} s budget; stopping after "
+                    f"{run - 1} round(s)")
+            ctx.artifacts["zones_rounds"] = run - 1
             break
         # The largest size stays converged after its run, for noop; the one an earlier round
         # kept goes down before this round starts, so two labs never run at once.
@@ -176,6 +183,9 @@ def run(ctx) -> Section:
     sec = Section("zones", "1, 4 and 8 zones in one `pulumi up` on the lab; bring-up by phase")
     sec.aim = f"t(8)/t(1) ≤ {AIM_RATIO:g}; our overhead ≤ {AIM_OVERHEAD:.0%} above the lab floor per phase"
     sessions = run_sessions(ctx)
+    if ctx.artifacts.get("zones_rounds"):
+        sec.note(f"Rounds stopped after {ctx.artifacts['zones_rounds']} of {ctx.runs}: another would pass the "
+                 f"{ctx.zones_budget:.0f} s budget (--zones-budget).")
     if "zones_unusable" in ctx.artifacts:
         sec.not_measured(f"the lab is not usable: {ctx.artifacts['zones_unusable']}")
         return sec
