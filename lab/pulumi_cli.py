@@ -128,3 +128,26 @@ class Stack:
 
     def export(self) -> dict:
         return json.loads(self.run("stack", "export", "--stack", self.name).stdout)
+
+
+def kill_strays(project_dir: Path) -> list[int]:
+    """SIGKILL Pulumi plugin processes still working in `project_dir`: the engine starts its
+    plugins in process groups of their own, so killing a `pulumi up` does not reach them."""
+    root = str(Path(project_dir).resolve())
+    killed = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cwd = os.readlink(entry / "cwd")
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        plugin = any(b"pulumi-resource-" in a or b"pulumi-language-" in a or a == b"pulumi.dynamic" for a in argv)
+        if plugin and (cwd == root or cwd.startswith(root + os.sep)):
+            try:
+                os.kill(int(entry.name), 9)
+                killed.append(int(entry.name))
+            except ProcessLookupError:
+                pass
+    return killed

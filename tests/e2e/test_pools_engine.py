@@ -16,7 +16,7 @@ from kontinuum.hub.crds import LABEL_CLAIMED_BY
 from kontinuum.hub.inventory import Inventory
 from lab.controlplane import free_port
 from lab.hub import Hub
-from lab.pulumi_cli import WRAPPER, Stack
+from lab.pulumi_cli import WRAPPER, Stack, kill_strays
 from lab.talos_node import Lab
 
 PROJECT = Path(__file__).parent / "projects" / "pools"
@@ -162,6 +162,7 @@ def test_killed_up_while_claiming_converges_without_orphans(hub, lab, tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
+        kill_strays(stack.project_dir)
     stack.run("cancel", "--yes", check=False)  # a killed run leaves its lock behind
     set_objects(stack, "pools", [{"name": "kill-pool", "selector": {"test": "kill"}, "replicas": 2}])
     stack.up()

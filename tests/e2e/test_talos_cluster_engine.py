@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.pulumi_cli import ROOT, Stack
+from lab.pulumi_cli import ROOT, Stack, kill_strays
 
 FIRST_ADDRESS = "127.0.33.11"
 HUB_ADDRESS = "127.0.0.33"
@@ -261,6 +261,7 @@ def test_up_killed_after_config_apply_converges_on_rerun(lab, tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
+        kill_strays(ROOT)
     assert node_state(KILL[0])["mode"] == "configured"
     # The killed run left its lock (backend/.pulumi/locks/<org>/<project>/<stack>/<id>.json); on the
     # file backend `pulumi cancel` just deletes the stack's lock files, and the next up may run.
@@ -292,6 +293,7 @@ def test_hung_worker_fails_bounded_naming_it_then_converges(lab, tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
+            kill_strays(ROOT)
         set_faults(HANG_WORKER, hang=False)
     assert proc.returncode != 0
     assert elapsed < 150, f"the failure took {elapsed:.0f} s"
