@@ -72,6 +72,7 @@ class Hub:
         port: int = DEFAULT_PORT,
         etcd_ports: tuple[int, int] = DEFAULT_ETCD_PORTS,
         name: str = "hub",
+        controllers: bool = True,
     ):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -82,11 +83,12 @@ class Hub:
         else:
             pki_ = ClusterPKI.generate()
             _save_pki(pki_path, pki_)
-        # With the controller-manager, as any real hub: its garbage collector completes the
-        # foreground deletions pulumi-kubernetes asks for (hub Secrets of removed zones).
+        # With the controller-manager by default, as any real hub: its garbage collector
+        # completes the foreground deletions pulumi-kubernetes asks for (hub Secrets of removed
+        # zones). Tests that play a controller themselves turn it off.
         self.control_plane = ControlPlane(
             name, self.workdir / "controlplane", pki_, address=address, apiserver_port=port, etcd_ports=etcd_ports,
-            controllers=True,
+            controllers=controllers,
         )
 
     @property

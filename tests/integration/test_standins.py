@@ -23,6 +23,18 @@ NS = hub.ZONE_NAMESPACE  # the zone's namespace and the hub's coincide on this o
 
 
 @pytest.fixture(scope="module")
+def apiserver(tools_bin, tmp_path_factory):
+    """Without controllers: the tests play the deployment controller (they mark Deployments
+    Available), and a real one would undo that."""
+    from lab.controlplane import ClusterPKI, ControlPlane, free_port
+
+    cp = ControlPlane("standins", tmp_path_factory.mktemp("apiserver"), ClusterPKI.generate(),
+                      apiserver_port=free_port(), etcd_ports=(free_port(), free_port())).start()
+    yield cp
+    cp.stop()
+
+
+@pytest.fixture(scope="module")
 def kubeconfig(apiserver) -> str:
     text = apiserver.admin_kubeconfig()
     api = kconfig.new_client_from_config_dict(yaml.safe_load(text))
