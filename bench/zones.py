@@ -22,9 +22,7 @@ from dataclasses import dataclass, field
 from bench import common, labctl, phases
 from bench.report import Section
 
-SIZES = (1, 4, 8)
 UP_TIMEOUT = 1500.0  # an 8-zone up on 2 cores; the stack's own waits are bounded well below
-DESTROY_TIMEOUT = 600.0
 LAB_IDLE_SECONDS = 10.0  # how long the converged lab's own CPU use is measured
 AIM_RATIO = 2.0
 AIM_OVERHEAD = 0.10
