@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import common
+from lab.talos_node import control
 
 FIRST_NODE = ipaddress.ip_address("127.0.30.11")
 HUB_ADDRESS = "127.0.0.30"
-CONTROL_PORT = 50080
 LAB_TTL = 3600.0  # a forgotten bench lab stops by itself
 UP_TIMEOUT = 300.0
 MUTATING = ("ApplyConfiguration", "Bootstrap", "Reset", "Upgrade")  # plus every Etcd* method
@@ -114,18 +114,12 @@ class BenchLab:
 
     # -- emulated nodes' control endpoints -------------------------------------------------------
 
-    def _control(self, address: str, path: str, post: bool = False) -> dict:
-        req = urllib.request.Request(f"http://{address}:{CONTROL_PORT}{path}", data=b"{}" if post else None,
-                                     method="POST" if post else "GET")
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return json.loads(resp.read())
-
     def node_state(self, address: str) -> dict:
-        return self._control(address, "/state")
+        return control.read_state(address)
 
     def reset_calls(self) -> None:
         for a in self.addresses:
-            self._control(a, "/calls/reset", post=True)
+            control.reset_calls(a)
 
     def calls(self) -> dict[str, int]:
         """Talos calls by method, summed over every node."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
+import urllib.request
 from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -99,3 +100,29 @@ def serve(node: EmulatedNode, port: int = CONTROL_PORT) -> ThreadingHTTPServer:
     server = ThreadingHTTPServer((node.address, port), _handler(node))
     threading.Thread(target=server.serve_forever, name=f"talos-control-{node.address}", daemon=True).start()
     return server
+
+
+# --- client side: what tests and benchmarks call ------------------------------------------
+
+
+def request(address: str, path: str, body: dict | None = None, *, port: int = CONTROL_PORT,
+            timeout: float = 10.0) -> dict:
+    """GET `path` (or POST `body` as JSON) on a node's control endpoint; bounded by `timeout`."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"http://{address}:{port}{path}", data=data,
+                                 headers={"Content-Type": "application/json"}, method="GET" if data is None else "POST")
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        raw = r.read()
+    return json.loads(raw) if raw.strip() else {}
+
+
+def read_state(address: str, **kw) -> dict:
+    return request(address, "/state", **kw)
+
+
+def set_faults(address: str, **knobs) -> None:
+    request(address, "/faults", knobs)
+
+
+def reset_calls(address: str) -> None:
+    request(address, "/calls/reset", {})

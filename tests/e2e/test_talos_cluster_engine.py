@@ -12,19 +12,18 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from lab.pulumi_cli import ROOT, Stack, kill_strays
+from lab.talos_node import control
+from tests.e2e.labs import running_lab
 
 FIRST_ADDRESS = "127.0.33.11"
 HUB_ADDRESS = "127.0.0.33"
 NODES = 11  # one (1) + ha (5) + kill (1) + hang (2) + spares
-CONTROL_PORT = 50080
 REGION = "e2e"
 MUTATING = ("ApplyConfiguration", "Bootstrap", "Reset", "Upgrade")  # and every Etcd* call
 
@@ -47,34 +46,15 @@ HANG_CP, HANG_WORKER = address(7), address(8)
 # --- the lab and its nodes --------------------------------------------------------------------
 
 
-def _lab(state: Path, *args: str, timeout: float = 360) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lab", "--state-dir", str(state), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
-
-
 @pytest.fixture(scope="module")
 def lab(tools_bin, tmp_path_factory):
-    state = tmp_path_factory.mktemp("lab")
-    up = _lab(state, "up", "--nodes", str(NODES), "--first-address", FIRST_ADDRESS, "--hub-address", HUB_ADDRESS,
-              "--ttl", "1800")
-    try:
-        assert up.returncode == 0, f"lab up failed:\n{up.stdout}\n{up.stderr}"
+    with running_lab(tmp_path_factory.mktemp("lab"), nodes=NODES, first_address=FIRST_ADDRESS,
+                     hub_address=HUB_ADDRESS) as state:
         yield state
-    finally:
-        down = _lab(state, "down", timeout=300)
-        assert down.returncode == 0, f"lab down left processes behind:\n{down.stdout}\n{down.stderr}"
 
 
-def node_state(addr: str) -> dict:
-    with urllib.request.urlopen(f"http://{addr}:{CONTROL_PORT}/state", timeout=10) as r:
-        return json.load(r)
-
-
-def set_faults(addr: str, **knobs) -> None:
-    req = urllib.request.Request(f"http://{addr}:{CONTROL_PORT}/faults", data=json.dumps(knobs).encode(),
-                                 headers={"Content-Type": "application/json"}, method="POST")
-    with urllib.request.urlopen(req, timeout=10):
-        pass
+node_state = control.read_state
+set_faults = control.set_faults
 
 
 def calls(addresses: list[str]) -> dict[str, dict[str, int]]:

@@ -9,9 +9,7 @@ import base64
 import json
 import re
 import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -24,6 +22,8 @@ from kontinuum.hub.inventory import Inventory
 from kontinuum.hub.registry import Registry, parse_heartbeat
 from kontinuum.kube.clients import api_client
 from lab.pulumi_cli import ROOT, Stack
+from lab.talos_node import control
+from tests.e2e.labs import lab_cli, running_lab
 
 LAB_STACK = ROOT / "stacks" / "Pulumi.lab.yaml"
 FIRST = "127.0.34.11"
@@ -37,34 +37,19 @@ BOOTSTRAP_TOKEN = re.compile(r"(?<![a-z0-9])[a-z0-9]{6}\.[a-z0-9]{16}(?![a-z0-9]
 # -- lab ----------------------------------------------------------------------------------------
 
 
-def lab_cli(state: Path, *args: str, timeout: float = 400) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lab", "--state-dir", str(state), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
-
-
 @pytest.fixture(scope="module")
 def lab(tools_bin, tmp_path_factory):
-    state = tmp_path_factory.mktemp("zones-lab")
-    up = lab_cli(state, "up", "--nodes", str(NODES), "--first-address", FIRST, "--hub-address", HUB_ADDRESS,
-                 "--ttl", "1800")
-    assert up.returncode == 0, up.stdout + up.stderr
-    yield state
-    down = lab_cli(state, "down")
-    assert down.returncode == 0, down.stdout + down.stderr
+    with running_lab(tmp_path_factory.mktemp("zones-lab"), nodes=NODES, first_address=FIRST,
+                     hub_address=HUB_ADDRESS) as state:
+        yield state
 
 
 def hub_kubeconfig(lab: Path) -> Path:
     return lab / "hub" / "kubeconfig"
 
 
-def node_state(address: str) -> dict:
-    with urllib.request.urlopen(f"http://{address}:50080/state", timeout=5) as r:
-        return json.loads(r.read())
-
-
-def reset_calls(address: str) -> None:
-    req = urllib.request.Request(f"http://{address}:50080/calls/reset", data=b"{}", method="POST")
-    urllib.request.urlopen(req, timeout=5).close()
+node_state = control.read_state
+reset_calls = control.reset_calls
 
 
 def lab_status(lab: Path) -> dict:
