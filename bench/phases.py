@@ -5,7 +5,7 @@ engine starts it and resOutputsEvent when it is done. We stamp each event when i
 in the log (bench.common.EventTail, ~20 ms resolution; the engine's own stamps are whole
 seconds). A resource belongs to the zone whose Zone component is its ancestor (the `parent`
 links in the events' state metadata); its phase comes from its name within the zone
-(`<region>-<zone>-<suffix>`, DESIGN §4) or, for the Gateway API CRDs, from its ConfigGroup.
+(`<region>-<zone>-<suffix>`, DESIGN §4; the Gateway API CRDs are `…-gateway-api-<crd>`).
 
 A phase *ends* when its last resource is done. The phases form a chain (each depends on the
 one before), so a zone's bring-up splits into increments: end(phase) − end(previous phase),
@@ -44,8 +44,8 @@ DOWNSTREAM = {"namespace", "env-secret", "env-configmap", "identity-secret", "hu
               "cluster-issuer", "gateway", "certificate", "certificate-ready", "httproute"}
 
 
-def classify(suffix: str, type_chain: str) -> str | None:
-    if "ConfigGroup" in type_chain:
+def classify(suffix: str) -> str | None:
+    if suffix.startswith("gateway-api-"):  # one resource per Gateway API CRD
         return "cilium"
     if re.fullmatch(r"[0-9a-f]{8}", suffix):
         return "discovery"
@@ -124,7 +124,7 @@ def zone_times(events: list[Event], region: str) -> dict[str, ZoneTimes]:
         if zone is None:
             continue
         name = urn.rsplit("::", 1)[-1]
-        phase = classify(name.removeprefix(f"{region}-{zone}-"), urn.split("::")[-2])
+        phase = classify(name.removeprefix(f"{region}-{zone}-"))
         if phase is None:
             continue
         zt = out.setdefault(zone, ZoneTimes(zone))

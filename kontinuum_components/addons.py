@@ -12,6 +12,8 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
+from kontinuum.kube.manifests import ManifestError
+from kontinuum_components import specs
 from kontinuum_components.config import Addon
 from providers.pods_healthy import PodsHealthy
 
@@ -67,22 +69,35 @@ def _release(cluster, name: str, addon: Addon, values: dict, depends_on: list) -
     else:
         args.update(chart=src.chart, version=src.version, repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=src.repo))
     return k8s.helm.v3.Release(f"{cluster.name}-{name}", k8s.helm.v3.ReleaseArgs(**args),
-                               opts=pulumi.ResourceOptions(parent=cluster, provider=cluster.provider,
-                                                           depends_on=depends_on))
+                               opts=cluster.on_cluster(depends_on))
 
 
-def gateway_api_crds(cluster) -> pulumi.Resource:
-    source = cluster.zone.addons.gateway_api
-    files = [source] if source.startswith(("http://", "https://")) or source.endswith((".yaml", ".yml")) \
-        else [str(Path(source).resolve() / "*.yaml")]
-    return k8s.yaml.v2.ConfigGroup(f"{cluster.name}-gateway-api", files=files,
-                                   opts=pulumi.ResourceOptions(parent=cluster, provider=cluster.provider))
+def gateway_api_crds(cluster) -> list[pulumi.Resource]:
+    """One resource per object of the bundle, parsed here: preview and teardown never need
+    the zone's API server for them (a provider-side YAML group would load its schema)."""
+    try:
+        objects = specs.gateway_api_objects(cluster.zone.addons.gateway_api)
+    except ManifestError as e:
+        raise pulumi.RunError(f"zone {cluster.name}: addons.gatewayApi.source: {e}") from None
+    opts = cluster.on_cluster()
+    out: list[pulumi.Resource] = []
+    for obj in objects:
+        name = f"{cluster.name}-gateway-api-{obj['metadata']['name']}"
+        if obj["kind"] == "CustomResourceDefinition" and obj["apiVersion"] == "apiextensions.k8s.io/v1":
+            out.append(k8s.apiextensions.v1.CustomResourceDefinition(
+                name, metadata=obj["metadata"], spec=obj["spec"], opts=opts))
+        else:
+            rest = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
+            out.append(k8s.apiextensions.CustomResource(
+                f"{name}-{obj['kind'].lower()}", api_version=obj["apiVersion"], kind=obj["kind"],
+                metadata=obj["metadata"], opts=opts, **rest))
+    return out
 
 
 def install_cilium(cluster, kubeconfig: pulumi.Output[str], *, single_node: bool) -> PodsHealthy:
     crds = gateway_api_crds(cluster)
     addon = cluster.zone.addons.cilium
-    release = _release(cluster, "cilium", addon, cilium_values(single_node=single_node, extra=addon.values), [crds])
+    release = _release(cluster, "cilium", addon, cilium_values(single_node=single_node, extra=addon.values), crds)
     return PodsHealthy(f"{cluster.name}-cilium-healthy", kubeconfig=kubeconfig, namespace=addon.source.namespace,
                        selector="app.kubernetes.io/part-of=cilium", what="Cilium",
                        timeout=float(cluster.zone.timeouts["cilium"]), revision=release.status.revision,

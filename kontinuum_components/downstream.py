@@ -297,7 +297,10 @@ class DownstreamFootprint(pulumi.ComponentResource):
         secret_data, cm_data = env_config(region, z, hub)  # raises before anything is registered
 
         def on_zone(*deps) -> pulumi.ResourceOptions:
-            return pulumi.ResourceOptions(parent=self, provider=zone_provider, depends_on=[d for d in deps if d])
+            # The escape hatch (teardown.skipUnreachableCluster) retains them on delete: the dead
+            # cluster is never called, the node resets wipe them anyway.
+            return pulumi.ResourceOptions(parent=self, provider=zone_provider, depends_on=[d for d in deps if d],
+                                          retain_on_delete=zone.skip_unreachable_cluster)
 
         def core(cls, suffix: str, manifest: dict, *deps, **extra):
             return cls(f"{name}-{suffix}", metadata=manifest["metadata"], opts=on_zone(*deps), **extra)

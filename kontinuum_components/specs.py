@@ -3,6 +3,8 @@ machine-config terms (patches, labels, disks) surface before anything is registe
 
 from __future__ import annotations
 
+from kontinuum.errors import ConfigError
+from kontinuum.kube import manifests
 from kontinuum.talos import machineconfig
 from kontinuum_components.config import Pool, Zone
 
@@ -27,3 +29,18 @@ def validate(name: str, zone: Zone, prefix: str) -> None:
     first = zone.machines[0].addresses[0] if zone.machines else "localhost"
     endpoint = zone.endpoint or f"https://{first}:6443"
     machineconfig.validate_spec(cluster_spec(name, zone, endpoint), prefix)
+    if not manifests.is_url(zone.addons.gateway_api):  # a URL is fetched when the zone registers
+        try:
+            gateway_api_objects(zone.addons.gateway_api)
+        except manifests.ManifestError as e:
+            raise ConfigError(f"{prefix}addons.gatewayApi.source", str(e)) from None
+
+
+_bundles: dict[str, list[dict]] = {}
+
+
+def gateway_api_objects(source: str) -> list[dict]:
+    """The Gateway API bundle's objects, read once per program run whatever the zone count."""
+    if source not in _bundles:
+        _bundles[source] = manifests.load(source)
+    return _bundles[source]

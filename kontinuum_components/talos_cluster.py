@@ -92,8 +92,6 @@ class TalosCluster(pulumi.ComponentResource):
                                 talos_port=zone.talos_port, timeout=float(t["kubeconfig"]),
                                 opts=pulumi.ResourceOptions(parent=self, depends_on=[bootstrap]))
         self.kubeconfig = kubeconfig.kubeconfig
-        # The escape hatch lets teardown drop objects of a dead cluster from state instead of
-        # failing on them, so destroy still resets what it can and releases the claims.
         self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=kubeconfig.kubeconfig,
                                      delete_unreachable=zone.skip_unreachable_cluster,
                                      opts=pulumi.ResourceOptions(parent=self))
@@ -126,3 +124,10 @@ class TalosCluster(pulumi.ComponentResource):
         self.register_outputs({"endpoint": self.endpoint, "controlPlaneReady": self.control_plane_ready,
                                "ready": self.ready, "members": self.members})
 
+
+    def on_cluster(self, depends_on=None, parent: pulumi.Resource | None = None) -> pulumi.ResourceOptions:
+        """Options of every object on this zone's cluster. With the escape hatch
+        (teardown.skipUnreachableCluster) they are retained on delete: teardown drops them from
+        the state without calling the dead API server; the node resets wipe them anyway."""
+        return pulumi.ResourceOptions(parent=parent or self, provider=self.provider, depends_on=depends_on,
+                                      retain_on_delete=self.zone.skip_unreachable_cluster)

@@ -19,6 +19,7 @@ from kontinuum_components.downstream import DownstreamFootprint
 from kontinuum_components.talos_cluster import LABEL_POOL, TalosCluster
 from providers.instance import Instance
 from providers.registry_join import RegistryJoin
+from providers.teardown_guard import TeardownGuard
 from providers.zone_identity import ZoneIdentity
 
 
@@ -30,6 +31,15 @@ def instance_name(region: str, zone: str, address: str) -> str:
 
 def zone_url(region: str, zone: str, hub: config.Hub) -> str:
     return f"https://{zone}.{region}.{hub.dns_domain}"
+
+
+GUARD_TIMEOUT = 60.0  # seconds at most to wait for a zone API server at teardown
+
+HATCH_REMEDY = (
+    "set `teardown: {{skipUnreachableCluster: true}}` on zone {zone} in the stack config (kontinuum:zones), run "
+    "`pulumi up` (it records the choice and calls nothing on the dead cluster), then run this again: the objects "
+    "on the cluster are dropped from the state, the nodes that answer are reset and the claims released."
+)
 
 
 def validate_zone(region: str, zone: config.Zone, prefix: str) -> None:
@@ -69,6 +79,14 @@ class Zone(pulumi.ComponentResource):
                             timeout=float(t["registryJoin"]), trigger=footprint.revision,
                             zone_kubeconfig=cluster.kubeconfig,
                             opts=pulumi.ResourceOptions(parent=self, depends_on=[footprint]))
+
+        # Deleted before anything on the zone cluster: a dead cluster fails teardown once, bounded,
+        # saying what to do. With the escape hatch it is retained like those objects and never runs.
+        TeardownGuard(f"{name}-teardown-guard", kubeconfig=cluster.kubeconfig, zone=name,
+                      timeout=min(float(t["teardown"]), GUARD_TIMEOUT),
+                      skip_unreachable=zone.skip_unreachable_cluster, remedy=HATCH_REMEDY.format(zone=zone.zone),
+                      opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster, footprint],
+                                                  retain_on_delete=zone.skip_unreachable_cluster))
 
         self.url = pulumi.Output.from_input(zone_url(region, zone.zone, hub))
         self.ready = pulumi.Output.all(cluster.ready, footprint.installed, join.joined).apply(all)

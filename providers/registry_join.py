@@ -3,7 +3,8 @@ heartbeats into the hub registry (seeds, "Registry join"; DESIGN §4 ──► z
 
 check/diff are pure, so `pulumi preview` contacts neither the hub nor the zone. `trigger`
 ties the wait to the downstream footprint: when the footprint (image, env, identity) changes,
-the next `pulumi up` waits again. Delete does nothing: the Kontinuum object is the server's
+the next `pulumi up` waits again, for the new revision to roll out and then heartbeat (an old
+heartbeat, or the replaced pods', never counts). Delete does nothing: the Kontinuum object is the server's
 own registration, not ours.
 """
 
@@ -38,19 +39,22 @@ class RegistryJoinProvider(ResourceProvider):
     def diff(self, _id, olds, news):
         return diff_inputs(olds, news, update_on=UPDATE_ON)
 
-    def _wait(self, props: dict) -> dict:
+    def _wait(self, props: dict, *, after_rollout: bool) -> dict:
         max_age = props.get("maxHeartbeatAge")
         joined = wait_joined(props["hubKubeconfig"], props["region"], props["zone"], timeout=float(props["timeout"]),
                              max_age=float(max_age) if max_age else None,
-                             zone_kubeconfig=props.get("zoneKubeconfig") or None)
+                             zone_kubeconfig=props.get("zoneKubeconfig") or None,
+                             fresh=True, after_rollout=after_rollout)
         return {**props, "joined": True, "heartbeat": joined.heartbeat, "kontinuum": joined.name,
                 "endpoint": joined.endpoint}
 
     def create(self, props):
-        return CreateResult(id_=f"{props['region']}-{props['zone']}", outs=self._wait(props))
+        # A heartbeat from before this wait is a registration left from an earlier life of the zone.
+        return CreateResult(id_=f"{props['region']}-{props['zone']}", outs=self._wait(props, after_rollout=False))
 
     def update(self, _id, _olds, news):
-        return UpdateResult(outs=self._wait(news))
+        # The footprint changed: the old pods heartbeat until replaced; only the new revision counts.
+        return UpdateResult(outs=self._wait(news, after_rollout=True))
 
 
 class RegistryJoin(Resource):

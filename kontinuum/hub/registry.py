@@ -23,7 +23,7 @@ from kubernetes.client.rest import ApiException
 
 from kontinuum.errors import KontinuumError
 from kontinuum.hub import crds as hub
-from kontinuum.kube.clients import api_client
+from kontinuum.kube.clients import api_client, describe_error
 
 REQUEST_TIMEOUT = 15.0  # seconds per API call
 _ZERO_YEAR = 1  # Go's zero time.Time serialises as 0001-01-01T00:00:00Z
@@ -62,11 +62,14 @@ def _matches(obj: dict, region: str, zone: str) -> bool:
 
 
 def find_joined(items: list[dict], region: str, zone: str, *, now: dt.datetime | None = None,
-                max_age: float | None = None) -> tuple[Joined | None, str]:
+                max_age: float | None = None, newer_than: tuple[dt.datetime, str] | None = None
+                ) -> tuple[Joined | None, str]:
     """(the joined Kontinuum or None, one line saying what was observed).
 
     max_age (seconds), when set, also demands the heartbeat be at most that old by `now`, so a
-    stale registration left from an earlier life of the zone does not count.
+    stale registration left from an earlier life of the zone does not count. newer_than, a
+    (moment, what happened then) pair, demands a heartbeat from that second on: a server that
+    was (re)started since. Heartbeats carry whole seconds, so the moment's second counts.
     """
     mine = [o for o in items if _matches(o, region, zone)]
     if not mine:
@@ -88,6 +91,10 @@ def find_joined(items: list[dict], region: str, zone: str, *, now: dt.datetime |
         if age > max_age:
             return None, (f"Kontinuum {name} last heartbeated at {stamp}, {age:.0f} s ago "
                           f"(more than {max_age:g} s: stale)")
+    if newer_than is not None and beat < newer_than[0].replace(microsecond=0):
+        since = newer_than[0].strftime("%Y-%m-%dT%H:%M:%SZ")
+        return None, (f"Kontinuum {name} last heartbeated at {stamp}, before {newer_than[1]} at {since} "
+                      "(waiting for a newer heartbeat; a zone clock far behind would also show this)")
     return Joined(name, stamp, (obj.get("spec") or {}).get("endpoint")), f"Kontinuum {name} heartbeat {stamp}"
 
 
@@ -104,19 +111,6 @@ def timeout_message(region: str, zone: str, timeout: float, last: str, zone_side
                   f"{hub.HUB_NAMESPACE}/{hub.hub_identity_secret_name(region, zone)} and the server's logs "
                   f"(kubectl -n {hub.ZONE_NAMESPACE} logs deploy/{hub.ZONE_DEPLOYMENT})")
     return f"zone {zname} never joined the hub registry within {timeout:g} s: {seen}. {advice}, then run `pulumi up` again."
-
-
-def describe_error(e: BaseException) -> str:
-    """One short line: an ApiException's status, or a connection error's innermost reason."""
-    if isinstance(e, ApiException):
-        return f"HTTP {e.status} {e.reason}"
-    reason = getattr(e, "reason", None)  # urllib3 MaxRetryError wraps the real cause
-    if isinstance(reason, BaseException):
-        return describe_error(reason)
-    text = str(e)
-    if text.startswith("<") and ": " in text:  # NewConnectionError: '<connection object at 0x…>: Failed to …'
-        text = text[text.index(": ") + 2:]
-    return f"{type(e).__name__}: {text}"
 
 
 def deployment_observation(dep: client.V1Deployment | None) -> str:
@@ -202,21 +196,62 @@ def zone_side_observation(zone_kubeconfig: str | None, timeout: float = REQUEST_
         api.close()
 
 
+def rollout_observation(zone_kubeconfig: str, timeout: float = REQUEST_TIMEOUT) -> tuple[bool, str]:
+    """(whether the server Deployment's newest revision runs alone and available, what was seen)."""
+    api = api_client(zone_kubeconfig)
+    ns, name = hub.ZONE_NAMESPACE, hub.ZONE_DEPLOYMENT
+    try:
+        dep = client.AppsV1Api(api).read_namespaced_deployment(name, ns, _request_timeout=timeout)
+    except ApiException as e:
+        return False, f"cannot read Deployment {ns}/{name} on the zone ({describe_error(e)})"
+    except Exception as e:  # noqa: BLE001 - an unreachable zone is an observation
+        return False, f"cannot read the zone cluster ({describe_error(e)})"
+    finally:
+        api.close()
+    return rollout_done(dep)
+
+
+def rollout_done(dep: client.V1Deployment) -> tuple[bool, str]:
+    want = dep.spec.replicas if dep.spec and dep.spec.replicas is not None else 1
+    st = dep.status or client.V1DeploymentStatus()
+    seen = (f"Deployment {hub.ZONE_NAMESPACE}/{hub.ZONE_DEPLOYMENT} rolling out: {st.updated_replicas or 0} of "
+            f"{want} updated, {st.available_replicas or 0} available, {st.replicas or 0} in all")
+    if (st.observed_generation or 0) < (dep.metadata.generation or 0):
+        return False, seen + " (change not yet observed)"
+    done = (st.updated_replicas or 0) >= want and (st.available_replicas or 0) >= want \
+        and (st.replicas or 0) <= (st.updated_replicas or 0)
+    return done, seen
+
+
 def wait_joined(hub_kubeconfig: str, region: str, zone: str, *, timeout: float, interval: float = 3.0,
-                max_age: float | None = None, zone_kubeconfig: str | None = None) -> Joined:
-    """Block (bounded by `timeout`) until a Kontinuum for region/zone has a non-zero heartbeat."""
+                max_age: float | None = None, zone_kubeconfig: str | None = None,
+                fresh: bool = False, after_rollout: bool = False) -> Joined:
+    """Block (bounded by `timeout`) until a Kontinuum for region/zone has a non-zero heartbeat.
+
+    fresh: only a heartbeat from the start of this wait on counts (a registration left from an
+    earlier life of the zone does not). after_rollout (with zone_kubeconfig): first wait until the
+    server Deployment's newest revision runs alone, then demand a heartbeat from then on, so a
+    changed server is seen to join, not the old pods it replaces.
+    """
     registry = Registry.from_kubeconfig(hub_kubeconfig)
     deadline = time.monotonic() + timeout
+    since = (dt.datetime.now(dt.timezone.utc), "this wait began") if fresh or after_rollout else None
+    rolled_out = not (after_rollout and zone_kubeconfig)
     last, hub_unreadable = "no observation yet", False
     try:
         while True:
-            try:
-                joined, last = find_joined(registry.list(), region, zone, max_age=max_age)
-                hub_unreadable = False
-                if joined is not None:
-                    return joined
-            except Exception as e:  # noqa: BLE001 - an unreachable hub is an observation too
-                last, hub_unreadable = f"cannot list Kontinuums on the hub ({describe_error(e)})", True
+            if not rolled_out:
+                rolled_out, last = rollout_observation(zone_kubeconfig)
+                if rolled_out:
+                    since = (dt.datetime.now(dt.timezone.utc), "the server's rollout completed")
+            if rolled_out:
+                try:
+                    joined, last = find_joined(registry.list(), region, zone, max_age=max_age, newer_than=since)
+                    hub_unreadable = False
+                    if joined is not None:
+                        return joined
+                except Exception as e:  # noqa: BLE001 - an unreachable hub is an observation too
+                    last, hub_unreadable = f"cannot list Kontinuums on the hub ({describe_error(e)})", True
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise RegistryNotJoined(timeout_message(region, zone, timeout, last,

@@ -130,10 +130,22 @@ def test_joins_when_a_heartbeat_appears(hub_, api):
     assert out.outs["joined"] is True and out.outs["kontinuum"] == "eu-eu-1a"
     assert parse_heartbeat(out.outs["heartbeat"]) is not None
     assert out.outs["endpoint"] == "https://eu-1a.eu.lab.test"
-    # update waits again (already joined: returns at once)
-    t0 = time.monotonic()
+    # A changed footprint waits again, and the heartbeat seen before does not count.
+    with pytest.raises(RegistryNotJoined, match=r"last heartbeated at .*, before this wait began at "):
+        RegistryJoinProvider().update("eu-eu-1a", out.outs, dict(out.outs, trigger="t2", timeout=2))
+    later = threading.Timer(1.5, lambda: _beat(api, "eu-eu-1a", _now()))
+    later.start()
     upd = RegistryJoinProvider().update("eu-eu-1a", out.outs, dict(out.outs, trigger="t2"))
-    assert upd.outs["joined"] is True and time.monotonic() - t0 < 5
+    later.join()
+    assert upd.outs["joined"] is True and parse_heartbeat(upd.outs["heartbeat"]) >= parse_heartbeat(out.outs["heartbeat"])
+
+
+def test_create_ignores_a_registration_left_from_an_earlier_life_of_the_zone(hub_, api):
+    _create(api, _kontinuum("eu-eu-1f", "eu", "eu-1f", "2026-01-01T00:00:00Z"))
+    with pytest.raises(RegistryNotJoined) as e:
+        RegistryJoinProvider().create({"hubKubeconfig": hub_.kubeconfig, "region": "eu", "zone": "eu-1f",
+                                       "timeout": 1.5})
+    assert "Kontinuum eu-eu-1f last heartbeated at 2026-01-01T00:00:00Z, before this wait began" in str(e.value)
 
 
 def test_times_out_bounded_when_nothing_registers(hub_):
@@ -250,3 +262,47 @@ def test_stand_in_refuses_a_wrong_key_then_joins_with_the_footprint_identity(hub
         assert out.outs["endpoint"] == "https://z1.lab.lab.test"
     finally:
         server.stop()
+
+
+def test_update_waits_for_the_new_revision_to_roll_out_then_for_its_heartbeat(hub_, api):
+    """The hub apiserver plays the zone too. While the old pods still run, their heartbeats do
+    not count; once the newest revision runs alone, a heartbeat from then on does."""
+    region, zone, ns = "lab", "z2", hub.ZONE_NAMESPACE
+    apps = client.AppsV1Api(api)
+    try:
+        apps.create_namespaced_deployment(ns, downstream.deployment_manifest(region, zone, "kontinuum:test", "h1"),
+                                          _request_timeout=T)
+    except client.ApiException as e:
+        if e.status != 409:  # the stand-in test above left one: as good
+            raise
+    gen = apps.read_namespaced_deployment(hub.ZONE_DEPLOYMENT, ns, _request_timeout=T).metadata.generation
+
+    def status(replicas: int) -> None:
+        apps.patch_namespaced_deployment_status(hub.ZONE_DEPLOYMENT, ns, {"status": {
+            "observedGeneration": gen, "replicas": replicas, "updatedReplicas": 1, "availableReplicas": 1}},
+            _request_timeout=T)
+
+    _create(api, _kontinuum("lab-z2", region, zone, _now()))
+    stop = threading.Event()
+
+    def server() -> None:  # heartbeats every second, whichever pod it is
+        while not stop.wait(1.0):
+            _beat(api, "lab-z2", _now())
+
+    beats = threading.Thread(target=server, daemon=True)
+    beats.start()
+    props = {"hubKubeconfig": hub_.kubeconfig, "zoneKubeconfig": hub_.kubeconfig, "region": region, "zone": zone,
+             "timeout": 30, "trigger": "t2"}
+    try:
+        status(2)  # one new pod, one old one still running
+        with pytest.raises(RegistryNotJoined) as e:
+            RegistryJoinProvider().update("lab-z2", props, dict(props, timeout=4))
+        assert f"Deployment {ns}/{hub.ZONE_DEPLOYMENT} rolling out: 1 of 1 updated, 1 available, 2 in all" in str(e.value)
+
+        status(1)
+        done = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+        out = RegistryJoinProvider().update("lab-z2", props, props)
+        assert out.outs["joined"] is True and parse_heartbeat(out.outs["heartbeat"]) >= done
+    finally:
+        stop.set()
+        beats.join(timeout=10)
