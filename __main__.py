@@ -8,6 +8,7 @@ thumbprint.
 from pathlib import Path
 
 import pulumi
+import pulumi_kubernetes as k8s
 
 from kontinuum.errors import ConfigError
 from kontinuum_components.config import parse
@@ -47,10 +48,11 @@ PLACEHOLDER_KUBECONFIG = (
     "current-context: hub\n"
 )
 hub = hub_kubeconfig()
+hub_provider = k8s.Provider(f"{stack.region}-hub", kubeconfig=hub)
 zones = {}
 for z in stack.zones:
     zones[z.zone] = Zone(f"{stack.region}-{z.zone}", region=stack.region, hub=stack.hub, zone=z,
-                         hub_kubeconfig=hub)
+                         hub_kubeconfig=hub, hub_provider=hub_provider)
 
 pulumi.export("region", stack.region)
 pulumi.export("zones", {name: {"url": zone.url, "ready": zone.ready, "identityThumbprint": zone.identity_thumbprint}

@@ -192,7 +192,9 @@ def deployment_manifest(region: str, zone: str, image: str, hash_: Any = None) -
 
 def service_manifest(region: str, zone: str) -> dict:
     return {
-        "apiVersion": "v1", "kind": "Service", "metadata": _meta(SERVICE, region, zone),
+        # skipAwait: pulumi-kubernetes would otherwise wait ≥10 s for Endpoints; the Certificate
+        # and the registry join are the gates that matter.
+        "apiVersion": "v1", "kind": "Service", "metadata": _meta(SERVICE, region, zone, annotations=SKIP_AWAIT),
         "spec": {"type": "ClusterIP", "selector": {APP_LABEL: APP},
                  "ports": [{"name": "http", "port": HTTP_PORT, "targetPort": "http", "protocol": "TCP"},
                            {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc", "protocol": "TCP",

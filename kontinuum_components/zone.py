@@ -48,7 +48,10 @@ def validate_zone(region: str, zone: config.Zone, prefix: str) -> None:
 
 class Zone(pulumi.ComponentResource):
     def __init__(self, name: str, *, region: str, hub: config.Hub, zone: config.Zone,
-                 hub_kubeconfig: pulumi.Input[str], opts: pulumi.ResourceOptions | None = None):
+                 hub_kubeconfig: pulumi.Input[str], hub_provider: k8s.Provider,
+                 opts: pulumi.ResourceOptions | None = None):
+        """hub_provider: the stack's one Kubernetes provider for the hub (a provider process per
+        zone would be one more plugin to start per zone for the same cluster)."""
         super().__init__("kontinuum:index:Zone", name, None, opts)
         t = zone.timeouts
         instances = [
@@ -69,8 +72,6 @@ class Zone(pulumi.ComponentResource):
                                opts=pulumi.ResourceOptions(parent=self))
         identity = ZoneIdentity(f"{name}-identity", region=region, zone=zone.zone,
                                 opts=pulumi.ResourceOptions(parent=self))
-        hub_provider = k8s.Provider(f"{name}-hub", kubeconfig=hub_kubeconfig,
-                                    opts=pulumi.ResourceOptions(parent=self))
         footprint = DownstreamFootprint(
             name, region=region, zone=zone, hub=hub, zone_provider=cluster.provider, hub_provider=hub_provider,
             zone_kubeconfig=cluster.kubeconfig, identity=identity, depends_on=cluster.addons_ready,

@@ -80,7 +80,7 @@ class TalosSecretsProvider(ResourceProvider):
         return CreateResult(id_=props["clusterName"], outs=outs)
 
     def update(self, _id, olds, news):
-        bundle = secrets.load(olds["secretsYaml"])
+        bundle = secrets.load(olds["secretsYaml"], check_rsa=False)  # our own state
         previous = talosconfig.parse(olds["talosconfig"])
         outs = {
             "clusterName": news["clusterName"],

@@ -149,7 +149,8 @@ for component in kube-apiserver kube-controller-manager kube-scheduler; do
   want "$component" && provide "$component" "$KUBERNETES_VERSION" build_kube_component
 done
 want kwok && provide kwok "$KWOK_VERSION" build_kwok
-# Our own dynamic-provider host launcher (upstream's is a shell launcher, not Go).
-ln -sf "$here/plugins/pulumi-resource-pulumi-python" "$bin/pulumi-resource-pulumi-python"
+# Our dynamic-provider launcher is not a shared tool: tools/pulumi puts this checkout's
+# tools/plugins on PATH. (Earlier versions linked it here, tying the cache to one checkout.)
+rm -f "$bin/pulumi-resource-pulumi-python"
 say "tools ready in $((SECONDS - t0)) s"
 echo "$bin"

@@ -112,7 +112,7 @@ def _pem(value: Any, path: str) -> bytes:
         raise ConfigError(path, f"{path} is not valid base64") from None
 
 
-def _cert_key(certs: dict, name: str) -> CertKey:
+def _cert_key(certs: dict, name: str, check_rsa: bool = True) -> CertKey:
     path = f"certs.{name}"
     entry = certs.get(name)
     if not isinstance(entry, dict):
@@ -124,7 +124,7 @@ def _cert_key(certs: dict, name: str) -> CertKey:
     except ValueError:
         raise ConfigError(f"{path}.crt", f"{path}.crt is not a PEM certificate") from None
     try:
-        private = pki.load_private_key(key)
+        private = pki.load_private_key(key, check_rsa=check_rsa)
     except (ValueError, TypeError):
         raise ConfigError(f"{path}.key", f"{path}.key is not a PEM private key") from None
     if _public_der(private.public_key()) != _public_der(cert.public_key()):
@@ -136,7 +136,7 @@ def _public_der(public: Any) -> bytes:
     return public.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
-def load(text: str) -> SecretsBundle:
+def load(text: str, *, check_rsa: bool = True) -> SecretsBundle:
     """Parse a talosctl secrets.yaml; errors name the field like machinery's Validate does."""
     try:
         doc = yaml.safe_load(text)
@@ -165,7 +165,7 @@ def load(text: str) -> SecretsBundle:
         raise ConfigError("certs.k8sserviceaccount", "certs.k8sserviceaccount is required")
     sa_key = _pem(sa.get("key"), "certs.k8sserviceaccount.key")
     try:
-        pki.load_private_key(sa_key)
+        pki.load_private_key(sa_key, check_rsa=check_rsa)
     except (ValueError, TypeError):
         raise ConfigError("certs.k8sserviceaccount.key", "certs.k8sserviceaccount.key is not a PEM private key") from None
 
@@ -175,11 +175,11 @@ def load(text: str) -> SecretsBundle:
         bootstrap_token=_string(secrets, "secrets", "bootstraptoken"),
         secretbox_secret=secretbox,
         trustd_token=_string(trustd, "trustdinfo", "token"),
-        os=_cert_key(certs, "os"),
-        k8s=_cert_key(certs, "k8s"),
-        k8s_aggregator=_cert_key(certs, "k8saggregator"),
+        os=_cert_key(certs, "os", check_rsa),
+        k8s=_cert_key(certs, "k8s", check_rsa),
+        k8s_aggregator=_cert_key(certs, "k8saggregator", check_rsa),
         k8s_serviceaccount_key=sa_key,
-        etcd=_cert_key(certs, "etcd"),
+        etcd=_cert_key(certs, "etcd", check_rsa),
         aescbc_secret=aescbc,
     )
 
