@@ -81,12 +81,13 @@ class Zone(pulumi.ComponentResource):
                             zone_kubeconfig=cluster.kubeconfig,
                             opts=pulumi.ResourceOptions(parent=self, depends_on=[footprint]))
 
-        # Deleted before anything on the zone cluster: a dead cluster fails teardown once, bounded,
-        # saying what to do. With the escape hatch it is retained like those objects and never runs.
+        # The zone's only leaf, so teardown deletes it before anything else (the join included,
+        # which a re-run would otherwise have to wait for again): a dead cluster fails teardown
+        # once, bounded, saying what to do. With the escape hatch it is retained and never runs.
         TeardownGuard(f"{name}-teardown-guard", kubeconfig=cluster.kubeconfig, zone=name,
                       timeout=min(float(t["teardown"]), GUARD_TIMEOUT),
                       skip_unreachable=zone.skip_unreachable_cluster, remedy=HATCH_REMEDY.format(zone=zone.zone),
-                      opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster, footprint],
+                      opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster, footprint, join],
                                                   retain_on_delete=zone.skip_unreachable_cluster))
 
         self.url = pulumi.Output.from_input(zone_url(region, zone.zone, hub))
