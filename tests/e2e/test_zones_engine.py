@@ -28,7 +28,7 @@ from tests.e2e.labs import lab_cli, running_lab
 LAB_STACK = ROOT / "stacks" / "Pulumi.lab.yaml"
 FIRST = "127.0.34.11"
 HUB_ADDRESS = "127.0.0.34"
-NODES = 4  # a, b: the two-zone stack; c: the wrong identity; d: the dead control plane
+NODES = 5  # a, b: the two-zone stack; c: the wrong identity; d, e: dead control planes
 ADDRESSES = [f"127.0.34.{11 + i}" for i in range(NODES)]
 REGION = "lab"
 BOOTSTRAP_TOKEN = re.compile(r"(?<![a-z0-9])[a-z0-9]{6}\.[a-z0-9]{16}(?![a-z0-9])")
@@ -330,6 +330,31 @@ def test_escape_hatch_lets_destroy_finish_resetting_nodes_and_releasing_claims(l
     assert list(instances(lab, "d").values()) == [None]
     assert hub_identity_secret(lab, "d") is None  # the hub is alive: its side is cleaned up
     assert dead_zone.export()["deployment"].get("resources") in (None, [])
+
+
+@pytest.fixture(scope="module")
+def dead_zone_e(lab, tmp_path_factory) -> Stack:
+    zone = {"zone": "e", "talosAddresses": [ADDRESSES[4]]}
+    stack = new_stack(tmp_path_factory.mktemp("dead-e"), "deade", lab_config(lab, [zone], teardown=30))
+    stack.up(timeout=600)
+    killed = kill_control_plane(lab, "e")
+    assert any(k.endswith("/kube-apiserver") for k in killed), killed
+    return stack
+
+
+def test_escape_hatch_with_destroy_run_program_finishes_in_one_step(lab, dead_zone_e):
+    """When the nodes still answer, `pulumi destroy --run-program` takes the hatch from the
+    program (retain-on-delete) without a `pulumi up` first."""
+    write_config(dead_zone_e, lab_config(lab, [{"zone": "e", "talosAddresses": [ADDRESSES[4]],
+                                                "teardown": {"skipUnreachableCluster": True}}], teardown=30))
+    t0 = time.monotonic()
+    result = dead_zone_e.run("destroy", "--yes", "--skip-preview", "--run-program", check=False, timeout=600)
+    assert result.returncode == 0, output_text(result)[-12000:]
+    assert time.monotonic() - t0 < 180
+    assert node_state(ADDRESSES[4])["mode"] == "maintenance"
+    assert list(instances(lab, "e").values()) == [None]
+    assert hub_identity_secret(lab, "e") is None
+    assert dead_zone_e.export()["deployment"].get("resources") in (None, [])
 
 
 # -- the lab down ---------------------------------------------------------------------------------
