@@ -22,8 +22,7 @@ from kubernetes.client.rest import ApiException
 from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, Resource, ResourceProvider, UpdateResult
 
 from kontinuum.errors import KontinuumError
-from kontinuum.kube.clients import describe_error
-from kontinuum.kube.clients import api_client
+from kontinuum.kube.clients import api_client, describe_error
 from providers.common import diff_inputs, with_secret_outputs
 
 CM_GROUP = "cert-manager.io"
