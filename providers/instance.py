@@ -12,12 +12,25 @@ from typing import Any
 import pulumi
 from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, ReadResult, Resource, ResourceProvider, UpdateResult
 
-from kontinuum.hub.discovery import probe_and_record
-from kontinuum.hub.inventory import Inventory
 from providers.common import diff_inputs, with_secret_outputs
 
 REPLACE_ON = ("name",)
 UPDATE_ON = ("interfaces", "labels", "talosPort", "probeTimeout", "unregisterOnDelete", "hubKubeconfig")
+
+
+def _inventory(hub_kubeconfig: str):
+    """The hub's Instances. Imported here: the program registering this resource never needs
+    the kubernetes client, only the provider process does."""
+    from kontinuum.hub.inventory import Inventory
+
+    return Inventory.from_kubeconfig(hub_kubeconfig)
+
+
+def _probe(inv, name: str, props: dict, *, raise_if_unreachable: bool) -> dict:
+    from kontinuum.hub.discovery import probe_and_record
+
+    return probe_and_record(inv, name, props["interfaces"], port=int(props.get("talosPort") or 50000),
+                            timeout=float(props.get("probeTimeout") or 10), raise_if_unreachable=raise_if_unreachable)
 
 
 def check_instance(news: dict[str, Any]) -> list[CheckFailure]:
@@ -42,10 +55,9 @@ class InstanceProvider(ResourceProvider):
         return diff_inputs(olds, news, replace_on=REPLACE_ON, update_on=UPDATE_ON)
 
     def _converge(self, props: dict) -> dict:
-        inv = Inventory.from_kubeconfig(props["hubKubeconfig"])
+        inv = _inventory(props["hubKubeconfig"])
         inv.register(props["name"], props["interfaces"], props.get("labels") or {})
-        status = probe_and_record(inv, props["name"], props["interfaces"], port=int(props.get("talosPort") or 50000),
-                                  timeout=float(props.get("probeTimeout") or 10), raise_if_unreachable=True)
+        status = _probe(inv, props["name"], props, raise_if_unreachable=True)
         return {**props, **status}
 
     def create(self, props):
@@ -55,16 +67,15 @@ class InstanceProvider(ResourceProvider):
         return UpdateResult(outs=self._converge(news))
 
     def read(self, id_, props):
-        inv = Inventory.from_kubeconfig(props["hubKubeconfig"])
+        inv = _inventory(props["hubKubeconfig"])
         if inv.get(id_) is None:
             return ReadResult(id_=None, outs={})  # gone from the hub: Pulumi drops it from state
-        status = probe_and_record(inv, id_, props["interfaces"], port=int(props.get("talosPort") or 50000),
-                                  timeout=float(props.get("probeTimeout") or 10), raise_if_unreachable=False)
+        status = _probe(inv, id_, props, raise_if_unreachable=False)
         return ReadResult(id_=id_, outs={**props, **status})
 
     def delete(self, id_, props):
         if props.get("unregisterOnDelete"):
-            Inventory.from_kubeconfig(props["hubKubeconfig"]).unregister(id_)
+            _inventory(props["hubKubeconfig"]).unregister(id_)
 
 
 class Instance(Resource):

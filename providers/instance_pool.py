@@ -10,11 +10,18 @@ from __future__ import annotations
 import pulumi
 from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, Resource, ResourceProvider, UpdateResult
 
-from kontinuum.hub.inventory import Inventory
 from providers.common import diff_inputs, with_secret_outputs
 
 REPLACE_ON = ("pool", "selector")
 UPDATE_ON = ("replicas", "waitSeconds", "hubKubeconfig")
+
+
+def _inventory(hub_kubeconfig: str):
+    """The hub's Instances. Imported here: the program registering this resource never needs
+    the kubernetes client, only the provider process does."""
+    from kontinuum.hub.inventory import Inventory
+
+    return Inventory.from_kubeconfig(hub_kubeconfig)
 
 
 def check_pool(news: dict) -> list[CheckFailure]:
@@ -40,7 +47,7 @@ class InstancePoolProvider(ResourceProvider):
         return diff_inputs(olds, news, replace_on=REPLACE_ON, update_on=UPDATE_ON)
 
     def _claim(self, props: dict, previous: list[dict] | None = None) -> dict:
-        inv = Inventory.from_kubeconfig(props["hubKubeconfig"])
+        inv = _inventory(props["hubKubeconfig"])
         state = inv.claim(props["pool"], props["selector"], int(props["replicas"]),
                           wait=float(props.get("waitSeconds") or 0), order=[m["name"] for m in previous or []])
         members = [{"name": m.name, "address": m.address, "discovered": m.discovered} for m in state.members]
@@ -54,7 +61,7 @@ class InstancePoolProvider(ResourceProvider):
         return UpdateResult(outs=self._claim(news, olds.get("members")))
 
     def delete(self, id_, props):
-        Inventory.from_kubeconfig(props["hubKubeconfig"]).release(id_)
+        _inventory(props["hubKubeconfig"]).release(id_)
 
 
 class InstancePool(Resource):

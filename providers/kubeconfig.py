@@ -15,7 +15,6 @@ import re
 
 import pulumi
 import yaml
-from kubernetes import client as kube, config as kube_config
 from pulumi.dynamic import CreateResult, Resource, ResourceProvider, UpdateResult
 
 from kontinuum.errors import KontinuumError
@@ -44,8 +43,12 @@ def check_kubeconfig(news: dict) -> Inputs:
     return inputs
 
 
-def _api_client(kubeconfig: str) -> kube.ApiClient:
-    """A client for the kubeconfig's current context that makes exactly one try per call."""
+def _api_client(kubeconfig: str):
+    """A client for the kubeconfig's current context that makes exactly one try per call.
+    (The kubernetes client is imported where used: the program registering this resource
+    never needs it, only the provider process does.)"""
+    from kubernetes import client as kube, config as kube_config
+
     cfg = kube.Configuration()
     try:
         kube_config.load_kube_config_from_dict(yaml.safe_load(kubeconfig), client_configuration=cfg)
@@ -60,7 +63,9 @@ def _api_client(kubeconfig: str) -> kube.ApiClient:
 
 def _reason(exc: Exception) -> str:
     """One line about a failed HTTP try, without urllib3's object reprs."""
-    if isinstance(exc, kube.ApiException):
+    from kubernetes.client import ApiException
+
+    if isinstance(exc, ApiException):
         return f"HTTP {exc.status} {exc.reason}"
     text = str(getattr(exc, "reason", None) or exc).strip()
     text = re.sub(r"^<[^>]*>:\s*", "", text.splitlines()[0] if text else "")
@@ -86,7 +91,9 @@ def fetch(props: dict) -> dict:
             info(f"{address}: Talos handed out the kubeconfig; waiting for the apiserver at {got['endpoint']}")
         t = min(left, request_timeout)
         try:
-            return kube.VersionApi(got["api"]).get_code(_request_timeout=(t, t)).git_version
+            from kubernetes.client import VersionApi
+
+            return VersionApi(got["api"]).get_code(_request_timeout=(t, t)).git_version
         except Exception as exc:  # any failure of one try is an observation, not the verdict
             raise NotYet(f"the apiserver at {got['endpoint']} did not answer GET /version: {_reason(exc)}") from exc
 

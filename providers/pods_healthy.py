@@ -10,7 +10,6 @@ from __future__ import annotations
 import pulumi
 from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, Resource, ResourceProvider, UpdateResult
 
-from kontinuum.kube.pods import wait_healthy
 from providers.common import diff_inputs, with_secret_outputs
 
 UPDATE_ON = ("namespace", "selector", "minPods", "revision", "kubeconfig")
@@ -27,6 +26,8 @@ class PodsHealthyProvider(ResourceProvider):
         return diff_inputs(olds, news, update_on=UPDATE_ON)
 
     def _wait(self, props: dict) -> dict:
+        from kontinuum.kube.pods import wait_healthy  # only where a wait runs (kubernetes client)
+
         count = wait_healthy(props["kubeconfig"], props["namespace"], selector=props.get("selector") or "",
                              min_pods=int(props.get("minPods") or 1), timeout=float(props["timeout"]),
                              what=props.get("what") or props["namespace"])

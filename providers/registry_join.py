@@ -13,7 +13,6 @@ from __future__ import annotations
 import pulumi
 from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, Resource, ResourceProvider, UpdateResult
 
-from kontinuum.hub.registry import wait_joined
 from providers.common import diff_inputs, with_secret_outputs
 
 UPDATE_ON = ("region", "zone", "trigger", "maxHeartbeatAge", "hubKubeconfig", "zoneKubeconfig")
@@ -40,6 +39,8 @@ class RegistryJoinProvider(ResourceProvider):
         return diff_inputs(olds, news, update_on=UPDATE_ON)
 
     def _wait(self, props: dict, *, after_rollout: bool) -> dict:
+        from kontinuum.hub.registry import wait_joined  # only where a wait runs (kubernetes client)
+
         max_age = props.get("maxHeartbeatAge")
         joined = wait_joined(props["hubKubeconfig"], props["region"], props["zone"], timeout=float(props["timeout"]),
                              max_age=float(max_age) if max_age else None,

@@ -13,7 +13,6 @@ import pulumi
 from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, Resource, ResourceProvider, UpdateResult
 
 from kontinuum.errors import KontinuumError
-from kontinuum.kube.clients import probe_api_server, server_of
 from kontinuum.talos.waits import NotYet, WaitTimeout, wait_until
 from providers.common import diff_inputs, with_secret_outputs
 
@@ -36,9 +35,12 @@ def check_guard(news: dict) -> list[CheckFailure]:
     return failures
 
 
-def ensure_reachable(props: dict, *, probe=probe_api_server, **wait) -> None:
+def ensure_reachable(props: dict, *, probe=None, **wait) -> None:
     if props.get("skipUnreachable"):
         return
+    from kontinuum.kube.clients import probe_api_server, server_of  # only at teardown (kubernetes client)
+
+    probe = probe or probe_api_server
     kubeconfig = props["kubeconfig"]
 
     def answers(left: float) -> None:

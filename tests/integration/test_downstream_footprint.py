@@ -24,8 +24,8 @@ from kontinuum.hub import crds as hub_crds
 from kontinuum_components import config, downstream as d
 from lab import crds as lab_crds
 from lab.standins.cert_issuer import CertIssuer, blocker, gateway_serves_secret
-from providers.certificate_ready import (CertificateNotReady, CertificateReadyProvider, describe_conditions, is_ready,
-                                         wait_ready)
+from kontinuum.kube.certificates import CertificateNotReady, describe_conditions, is_ready, wait_ready
+from providers.certificate_ready import CertificateReadyProvider
 
 ROOT = Path(__file__).resolve().parents[2]
 T = 10
