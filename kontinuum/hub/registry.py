@@ -26,6 +26,7 @@ from kontinuum.hub import crds as hub
 from kontinuum.kube.clients import api_client, describe_error
 
 REQUEST_TIMEOUT = 15.0  # seconds per API call
+FRESH_GRACE = 30.0  # seconds: how much older than the join's wait a fresh heartbeat may be
 _ZERO_YEAR = 1  # Go's zero time.Time serialises as 0001-01-01T00:00:00Z
 
 
@@ -93,8 +94,8 @@ def find_joined(items: list[dict], region: str, zone: str, *, now: dt.datetime |
                           f"(more than {max_age:g} s: stale)")
     if newer_than is not None and beat < newer_than[0].replace(microsecond=0):
         since = newer_than[0].strftime("%Y-%m-%dT%H:%M:%SZ")
-        return None, (f"Kontinuum {name} last heartbeated at {stamp}, before {newer_than[1]} at {since} "
-                      "(waiting for a newer heartbeat; a zone clock far behind would also show this)")
+        return None, (f"Kontinuum {name} last heartbeated at {stamp}, too old: waiting for one at or after "
+                      f"{since} ({newer_than[1]}; a zone clock far behind would also show this)")
     return Joined(name, stamp, (obj.get("spec") or {}).get("endpoint")), f"Kontinuum {name} heartbeat {stamp}"
 
 
@@ -228,14 +229,17 @@ def wait_joined(hub_kubeconfig: str, region: str, zone: str, *, timeout: float, 
                 fresh: bool = False, after_rollout: bool = False) -> Joined:
     """Block (bounded by `timeout`) until a Kontinuum for region/zone has a non-zero heartbeat.
 
-    fresh: only a heartbeat from the start of this wait on counts (a registration left from an
-    earlier life of the zone does not). after_rollout (with zone_kubeconfig): first wait until the
+    fresh: only a heartbeat from FRESH_GRACE seconds before this wait on counts: the zone's
+    server heartbeats as soon as it is available, which is just before the join starts waiting,
+    while a registration left from an earlier life of the zone is older than bringing the zone
+    up again takes. after_rollout (with zone_kubeconfig): first wait until the
     server Deployment's newest revision runs alone, then demand a heartbeat from then on, so a
     changed server is seen to join, not the old pods it replaces.
     """
     registry = Registry.from_kubeconfig(hub_kubeconfig)
     deadline = time.monotonic() + timeout
-    since = (dt.datetime.now(dt.timezone.utc), "this wait began") if fresh or after_rollout else None
+    since = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=FRESH_GRACE),
+             f"{FRESH_GRACE:g} s before this wait began") if fresh or after_rollout else None
     rolled_out = not (after_rollout and zone_kubeconfig)
     last, hub_unreadable = "no observation yet", False
     try:
@@ -243,7 +247,7 @@ def wait_joined(hub_kubeconfig: str, region: str, zone: str, *, timeout: float, 
             if not rolled_out:
                 rolled_out, last = rollout_observation(zone_kubeconfig)
                 if rolled_out:
-                    since = (dt.datetime.now(dt.timezone.utc), "the server's rollout completed")
+                    since = (dt.datetime.now(dt.timezone.utc), "when the server's rollout completed")
             if rolled_out:
                 try:
                     joined, last = find_joined(registry.list(), region, zone, max_age=max_age, newer_than=since)

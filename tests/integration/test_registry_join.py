@@ -130,8 +130,9 @@ def test_joins_when_a_heartbeat_appears(hub_, api):
     assert out.outs["joined"] is True and out.outs["kontinuum"] == "eu-eu-1a"
     assert parse_heartbeat(out.outs["heartbeat"]) is not None
     assert out.outs["endpoint"] == "https://eu-1a.eu.lab.test"
-    # A changed footprint waits again, and the heartbeat seen before does not count.
-    with pytest.raises(RegistryNotJoined, match=r"last heartbeated at .*, before this wait began at "):
+    # A changed footprint waits again, and a heartbeat older than the grace does not count.
+    _beat(api, "eu-eu-1a", (dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=90)).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    with pytest.raises(RegistryNotJoined, match=r"last heartbeated at .*, too old: waiting for one at or after .* \(30 s before this wait began;"):
         RegistryJoinProvider().update("eu-eu-1a", out.outs, dict(out.outs, trigger="t2", timeout=2))
     later = threading.Timer(1.5, lambda: _beat(api, "eu-eu-1a", _now()))
     later.start()
@@ -145,7 +146,8 @@ def test_create_ignores_a_registration_left_from_an_earlier_life_of_the_zone(hub
     with pytest.raises(RegistryNotJoined) as e:
         RegistryJoinProvider().create({"hubKubeconfig": hub_.kubeconfig, "region": "eu", "zone": "eu-1f",
                                        "timeout": 1.5})
-    assert "Kontinuum eu-eu-1f last heartbeated at 2026-01-01T00:00:00Z, before this wait began" in str(e.value)
+    assert "Kontinuum eu-eu-1f last heartbeated at 2026-01-01T00:00:00Z, too old: waiting for one at or after " \
+        in str(e.value) and "(30 s before this wait began;" in str(e.value)
 
 
 def test_times_out_bounded_when_nothing_registers(hub_):
