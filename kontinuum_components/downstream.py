@@ -23,6 +23,7 @@ import pulumi_kubernetes as k8s
 
 from kontinuum.hub import crds as hub_crds
 from kontinuum_components import config
+from kontinuum_components.talos_cluster import on_zone_cluster
 from providers.certificate_ready import CertificateReady
 
 NAMESPACE = hub_crds.ZONE_NAMESPACE
@@ -299,10 +300,7 @@ class DownstreamFootprint(pulumi.ComponentResource):
         secret_data, cm_data = env_config(region, z, hub)  # raises before anything is registered
 
         def on_zone(*deps) -> pulumi.ResourceOptions:
-            # The escape hatch (teardown.skipUnreachableCluster) retains them on delete: the dead
-            # cluster is never called, the node resets wipe them anyway.
-            return pulumi.ResourceOptions(parent=self, provider=zone_provider, depends_on=[d for d in deps if d],
-                                          retain_on_delete=zone.skip_unreachable_cluster)
+            return on_zone_cluster(self, zone_provider, zone, [d for d in deps if d])
 
         def core(cls, suffix: str, manifest: dict, *deps, **extra):
             return cls(f"{name}-{suffix}", metadata=manifest["metadata"], opts=on_zone(*deps), **extra)

@@ -126,9 +126,14 @@ class TalosCluster(pulumi.ComponentResource):
                                "ready": self.ready, "members": self.members})
 
 
-    def on_cluster(self, depends_on=None, parent: pulumi.Resource | None = None) -> pulumi.ResourceOptions:
-        """Options of every object on this zone's cluster. With the escape hatch
-        (teardown.skipUnreachableCluster) they are retained on delete: teardown drops them from
-        the state without calling the dead API server; the node resets wipe them anyway."""
-        return pulumi.ResourceOptions(parent=parent or self, provider=self.provider, depends_on=depends_on,
-                                      retain_on_delete=self.zone.skip_unreachable_cluster)
+    def on_cluster(self, depends_on=None) -> pulumi.ResourceOptions:
+        return on_zone_cluster(self, self.provider, self.zone, depends_on)
+
+
+def on_zone_cluster(parent: pulumi.Resource, provider: k8s.Provider, zone: Zone,
+                    depends_on=None) -> pulumi.ResourceOptions:
+    """Options of every object on a zone's cluster. With the escape hatch
+    (teardown.skipUnreachableCluster) they are retained on delete: teardown drops them from the
+    state without calling the dead API server; the node resets wipe them anyway."""
+    return pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on,
+                                  retain_on_delete=zone.skip_unreachable_cluster)

@@ -285,14 +285,30 @@ def kill_control_plane(lab: Path, zone: str) -> list[str]:
     return killed
 
 
-@pytest.fixture(scope="module")
-def dead_zone(lab, tmp_path_factory) -> Stack:
-    zone = {"zone": "d", "talosAddresses": [ADDRESSES[3]]}
-    stack = new_stack(tmp_path_factory.mktemp("dead"), "dead", lab_config(lab, [zone], teardown=30))
+def deployed_then_killed(lab: Path, tmp: Path, zone: str, address: str) -> Stack:
+    """A one-zone stack brought up, then its cluster's control plane SIGKILLed."""
+    stack = new_stack(tmp, f"dead{zone}", lab_config(lab, [{"zone": zone, "talosAddresses": [address]}], teardown=30))
     stack.up(timeout=600)
-    killed = kill_control_plane(lab, "d")
+    killed = kill_control_plane(lab, zone)
     assert any(k.endswith("/kube-apiserver") for k in killed), killed
     return stack
+
+
+def with_hatch(lab: Path, zone: str, address: str) -> dict:
+    return lab_config(lab, [{"zone": zone, "talosAddresses": [address], "teardown": {"skipUnreachableCluster": True}}],
+                      teardown=30)
+
+
+def assert_torn_down(lab: Path, stack: Stack, zone: str, address: str) -> None:
+    assert node_state(address)["mode"] == "maintenance"
+    assert list(instances(lab, zone).values()) == [None]
+    assert hub_identity_secret(lab, zone) is None  # the hub is alive: its side is cleaned up
+    assert stack.export()["deployment"].get("resources") in (None, [])
+
+
+@pytest.fixture(scope="module")
+def dead_zone(lab, tmp_path_factory) -> Stack:
+    return deployed_then_killed(lab, tmp_path_factory.mktemp("dead"), "d", ADDRESSES[3])
 
 
 def test_destroy_of_a_dead_zone_cluster_fails_bounded_and_clear(lab, dead_zone):
@@ -314,8 +330,7 @@ def test_destroy_of_a_dead_zone_cluster_fails_bounded_and_clear(lab, dead_zone):
 def test_escape_hatch_lets_destroy_finish_resetting_nodes_and_releasing_claims(lab, dead_zone):
     """The documented way out: set the hatch, `pulumi up` (records it, calls nothing on the
     dead cluster), then a plain `pulumi destroy` finishes."""
-    write_config(dead_zone, lab_config(lab, [{"zone": "d", "talosAddresses": [ADDRESSES[3]],
-                                              "teardown": {"skipUnreachableCluster": True}}], teardown=30))
+    write_config(dead_zone, with_hatch(lab, "d", ADDRESSES[3]))
     reset_calls(ADDRESSES[3])
     t0 = time.monotonic()
     up = dead_zone.run("up", "--yes", "--skip-preview", check=False, timeout=600)
@@ -326,35 +341,23 @@ def test_escape_hatch_lets_destroy_finish_resetting_nodes_and_releasing_claims(l
     result = dead_zone.run("destroy", "--yes", "--skip-preview", check=False, timeout=600)
     assert result.returncode == 0, output_text(result)[-3000:]
     assert time.monotonic() - t0 < 180
-    assert node_state(ADDRESSES[3])["mode"] == "maintenance"
-    assert list(instances(lab, "d").values()) == [None]
-    assert hub_identity_secret(lab, "d") is None  # the hub is alive: its side is cleaned up
-    assert dead_zone.export()["deployment"].get("resources") in (None, [])
+    assert_torn_down(lab, dead_zone, "d", ADDRESSES[3])
 
 
 @pytest.fixture(scope="module")
 def dead_zone_e(lab, tmp_path_factory) -> Stack:
-    zone = {"zone": "e", "talosAddresses": [ADDRESSES[4]]}
-    stack = new_stack(tmp_path_factory.mktemp("dead-e"), "deade", lab_config(lab, [zone], teardown=30))
-    stack.up(timeout=600)
-    killed = kill_control_plane(lab, "e")
-    assert any(k.endswith("/kube-apiserver") for k in killed), killed
-    return stack
+    return deployed_then_killed(lab, tmp_path_factory.mktemp("dead-e"), "e", ADDRESSES[4])
 
 
 def test_escape_hatch_with_destroy_run_program_finishes_in_one_step(lab, dead_zone_e):
     """When the nodes still answer, `pulumi destroy --run-program` takes the hatch from the
     program (retain-on-delete) without a `pulumi up` first."""
-    write_config(dead_zone_e, lab_config(lab, [{"zone": "e", "talosAddresses": [ADDRESSES[4]],
-                                                "teardown": {"skipUnreachableCluster": True}}], teardown=30))
+    write_config(dead_zone_e, with_hatch(lab, "e", ADDRESSES[4]))
     t0 = time.monotonic()
     result = dead_zone_e.run("destroy", "--yes", "--skip-preview", "--run-program", check=False, timeout=600)
     assert result.returncode == 0, output_text(result)[-12000:]
     assert time.monotonic() - t0 < 180
-    assert node_state(ADDRESSES[4])["mode"] == "maintenance"
-    assert list(instances(lab, "e").values()) == [None]
-    assert hub_identity_secret(lab, "e") is None
-    assert dead_zone_e.export()["deployment"].get("resources") in (None, [])
+    assert_torn_down(lab, dead_zone_e, "e", ADDRESSES[4])
 
 
 # -- the lab down ---------------------------------------------------------------------------------
