@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 
 from kontinuum.errors import ConfigError, ConfigErrors
 from kontinuum.talos.machineconfig import TALOS_VERSION
+from kontinuum.talos.waits import WAIT_DEFAULTS
 
 DEFAULT_KUBERNETES_VERSION = "v1.35.4"
 DEFAULT_SERVER_IMAGE = "ghcr.io/kontinuum-sh/kontinuum-server:latest"
@@ -31,20 +32,28 @@ DEFAULT_CHARTS = {
 }
 DEFAULT_GATEWAY_API = "https://github.com/kubernetes-sigs/gateway-api/releases/download/v1.3.0/standard-install.yaml"
 
-# Bounds of every wait, in seconds; stack config `timeouts` overrides any of them.
+# Bounds of every wait, in seconds; stack config `timeouts` overrides any of them. Sized for
+# real hardware: an installer pull + install to disk + reboot routinely takes several minutes,
+# and so does a reset that wipes partitions; the apiserver answers minutes after bootstrap.
+# The Talos ones come from kontinuum/talos/waits.py, where the providers' own bounds live.
 DEFAULT_TIMEOUTS = {
     "discovery": 10,
     "claim": 0,
-    "apply": 120,
-    "bootstrap": 120,
-    "kubeconfig": 300,
+    "apply": int(WAIT_DEFAULTS.apply),
+    "bootstrap": int(WAIT_DEFAULTS.bootstrap),
+    "kubeconfig": int(WAIT_DEFAULTS.kubeconfig),
     "cilium": 600,
-    "health": 900,
+    "health": int(WAIT_DEFAULTS.health),
     "certManager": 600,
     "certificate": 600,
     "registryJoin": 600,
-    "teardown": 120,
+    "teardown": int(WAIT_DEFAULTS.reset),
 }
+
+# What a reset wipes on teardown (zones[].teardown.wipe). Talos's documented way back to
+# maintenance mode wipes the STATE and EPHEMERAL partitions; `disk` wipes the whole system
+# disk, which leaves a machine that boots only from the network or an ISO afterwards.
+TEARDOWN_WIPES = ("state", "disk")
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
 
@@ -102,6 +111,7 @@ class Zone:
     timeouts: dict
     skip_unreachable_cluster: bool  # teardown escape hatch: finish destroy with a dead cluster
     talos_port: int = 50000
+    teardown_wipe: str = "state"  # one of TEARDOWN_WIPES
 
 
 @dataclass(frozen=True)
@@ -327,9 +337,17 @@ def _parse_zone(raw: Any, path: str, errs: _Errors) -> Zone | None:
     unregister = raw.get("unregisterInstancesOnDelete", False)
     if not isinstance(unregister, bool):
         errs.add(f"{path}.unregisterInstancesOnDelete", f"must be true or false, got {unregister!r}")
-    skip = (raw.get("teardown") or {}).get("skipUnreachableCluster", False)
+    teardown = raw.get("teardown") or {}
+    if not isinstance(teardown, dict):
+        errs.add(f"{path}.teardown", "must be a mapping (skipUnreachableCluster, wipe)")
+        teardown = {}
+    skip = teardown.get("skipUnreachableCluster", False)
     if not isinstance(skip, bool):
         errs.add(f"{path}.teardown.skipUnreachableCluster", f"must be true or false, got {skip!r}")
+    wipe = teardown.get("wipe", "state")
+    if wipe not in TEARDOWN_WIPES:
+        errs.add(f"{path}.teardown.wipe", f"must be one of {', '.join(TEARDOWN_WIPES)}, got {wipe!r}")
+        wipe = "state"
     port = raw.get("talosPort", 50000)
     if not isinstance(port, int) or not 0 < port < 65536:
         errs.add(f"{path}.talosPort", f"must be a TCP port, got {port!r}")
@@ -344,6 +362,7 @@ def _parse_zone(raw: Any, path: str, errs: _Errors) -> Zone | None:
         unregister_instances_on_delete=bool(unregister), server_image=raw.get("serverImage", DEFAULT_SERVER_IMAGE),
         timeouts=_parse_timeouts(raw.get("timeouts"), f"{path}.timeouts", errs),
         skip_unreachable_cluster=bool(skip), talos_port=port if isinstance(port, int) else 50000,
+        teardown_wipe=wipe,
     )
 
 

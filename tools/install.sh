@@ -80,12 +80,12 @@ build_language_python() {
   install -m 0755 "$sdk/python/cmd/pulumi-language-python-exec" "$1/pulumi-language-python-exec"
 }
 
-build_kubernetes_provider() {
+build_kubernetes_provider() ( # a subshell: its EXIT trap cleans up and cannot fire later
   # The provider embeds schema-embed.json, written by its `go generate` step from
   # schema.json with VERSION set, so it is built from a writable copy of the module.
   local mod="github.com/pulumi/pulumi-kubernetes/provider/v4" src work
   src=$(go mod download -json "$mod@$PULUMI_KUBERNETES_MODULE" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
-  work=$(mktemp -d); trap 'chmod -R u+w "$work"; rm -rf "$work"' RETURN
+  work=$(mktemp -d); trap 'chmod -R u+w "$work"; rm -rf "$work"' EXIT
   cp -r "$src/." "$work"; chmod -R u+w "$work"
   # Its go.mod replaces the sdk module by a sibling path that is not in the module zip;
   # the required published version is used instead.
@@ -93,7 +93,7 @@ build_kubernetes_provider() {
   (cd "$work/cmd/pulumi-resource-kubernetes" && VERSION="$PULUMI_KUBERNETES_VERSION" go run ./generate.go &&
     go build -trimpath -ldflags "-s -w -X $mod/pkg/version.Version=$PULUMI_KUBERNETES_VERSION" \
       -o "$1/pulumi-resource-kubernetes" .)
-}
+)
 
 build_etcd() {
   (cd "$here/builders/etcd" && go build -trimpath -ldflags "-s -w" -o "$1/etcd" .)
