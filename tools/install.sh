@@ -2,10 +2,15 @@
 # make tools: puts every pinned external binary (tools/versions.env) into one directory,
 # $KONTINUUM_TOOLS/bin, which the Makefile and the tests put first on PATH.
 #
-# For each tool: a binary already on PATH with the pinned version is linked; one built by
-# an earlier run from the cache is reused; otherwise it is built from its Go module into
-# the cache (outside the repo, shared by later runs and CI). Official download sites are
-# unreachable here, so building from the Go module proxy is the only way in.
+# For each tool: a binary already on PATH with the pinned version is linked (for the engine,
+# any release of the same major at least as new as the pin; for the Kubernetes provider, the
+# pinned version installed in the user's Pulumi plugin directory); one built by an earlier
+# run from the cache is reused; otherwise it is built from its Go module into the cache
+# (outside the repo, shared by later runs and CI). Official download sites are unreachable
+# here, so building from the Go module proxy is the only way in.
+#
+# KONTINUUM_FAKE_BUILDERS=<program> swaps every builder for `<program> NAME VERSION OUTDIR`
+# (tests/unit/test_install_script.py exercises every branch in seconds with it).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -17,48 +22,94 @@ pins=$(grep -E '^[A-Z_]+=' "$here/versions.env" | sha256sum | cut -c1-12)
 bin=${KONTINUUM_TOOLS:-$cache/$pins}/bin
 if [ "${1:-}" = "--print-bin" ]; then echo "$bin"; exit 0; fi
 mkdir -p "$bin"
-export GOFLAGS=-mod=mod GOTOOLCHAIN=local
-export GOPATH=${GOPATH:-$(go env GOPATH)}
+fake=${KONTINUUM_FAKE_BUILDERS:-}
 
 say() { printf '[tools] %s\n' "$*" >&2; }
 die() { printf '[tools] cannot provide %s: %s\n' "$1" "$2" >&2; exit 1; }
 
-command -v go >/dev/null || die "any tool" "Go is not installed (apt-get install golang or see README prerequisites)"
+if [ -z "$fake" ]; then
+  command -v go >/dev/null || die "any tool" "Go is not installed (apt-get install golang or see README prerequisites)"
+  export GOFLAGS=-mod=mod GOTOOLCHAIN=local
+  export GOPATH=${GOPATH:-$(go env GOPATH)}
+fi
+# Where the user's own Pulumi keeps its plugins (never the project's PULUMI_HOME under .state).
+user_plugins=${KONTINUUM_USER_PULUMI_HOME:-$HOME/.pulumi}/plugins
 
 # version_of NAME: prints the version a binary reports, or nothing.
 version_of() {
   case "$1" in
-    pulumi) "$2" version 2>/dev/null ;;
-    # The plugins report their version only over gRPC; their cache path is versioned.
-    pulumi-language-python|pulumi-resource-kubernetes) [[ $(readlink -f "$2") == */$1/* ]] && basename "$(dirname "$(readlink -f "$2")")" ;;
+    pulumi) "$2" version 2>/dev/null | head -n1 ;;
+    # The plugins report their version only over gRPC; their directory is versioned, either
+    # ours (<cache>/<name>/<version>/) or Pulumi's (plugins/resource-kubernetes-v<version>/).
+    pulumi-language-python|pulumi-resource-kubernetes)
+      local dir; dir=$(dirname "$(readlink -f "$2")")
+      case $dir in
+        */$1/*) basename "$dir" ;;
+        */resource-kubernetes-v*) basename "$dir" | sed 's/^resource-kubernetes-v//' ;;
+      esac ;;
+    kontinuum-talos-validate) "$2" --version 2>/dev/null ;;
     etcd) "$2" --version 2>/dev/null | sed -n 's/^etcd Version: /v/p' ;;
     kube-*) "$2" --version 2>/dev/null | awk '{print $2}' ;;
     kwok) "$2" --version 2>/dev/null | sed -n 's/.*kwok version \(v[^ ]*\).*/\1/p' ;;
   esac
 }
 
+# acceptable NAME WANT GOT: the pinned version, or for the engine a newer one of the same
+# major (its plugin protocol is stable within a major; older engines lack what we use).
+acceptable() {
+  [ "$3" = "$2" ] && return 0
+  [ "$1" = pulumi ] || return 1
+  [[ $3 =~ ^v([0-9]+)\.[0-9]+\.[0-9]+$ && ${BASH_REMATCH[1]} == "$(echo "$2" | sed 's/^v\([0-9]*\).*/\1/')" ]] || return 1
+  [ "$(printf '%s\n%s\n' "${2#v}" "${3#v}" | sort -V | head -n1)" = "${2#v}" ]
+}
+
+# installed NAME WANT: a matching binary the user already has, if any (PATH, or for the
+# Kubernetes provider the user's Pulumi plugin directory). Says why a found one is not used.
+installed() {
+  local name=$1 want=$2 found got
+  found=$(PATH=${PATH//$bin:/} command -v "$name" || true)
+  if [ "$name" = pulumi-resource-kubernetes ] && [ -z "$found" ]; then
+    found=$user_plugins/resource-kubernetes-v$want/$name
+    [ -x "$found" ] || found=
+  fi
+  [ -n "$found" ] || return 0
+  got=$(version_of "$name" "$found")
+  if acceptable "$name" "$want" "$got"; then echo "$found"; return 0; fi
+  say "$name $want: not using $found (it reports '${got:-no version}'); building the pinned one"
+}
+
+# build NAME VERSION BUILDER OUTDIR: the real builder, or the stand-in in fake mode.
+build() {
+  if [ -n "$fake" ]; then "$fake" "$1" "$2" "$4"; else "$3" "$4"; fi
+}
+
 # provide NAME VERSION BUILDER: link NAME into $bin, building it with BUILDER if needed.
 provide() {
-  local name=$1 want=$2 builder=$3 out="$cache/$1/$2"
-  if [ -x "$bin/$name" ] && [ "$(version_of "$name" "$bin/$name")" = "$want" ]; then
-    say "$name $want: ready"; return
+  local name=$1 want=$2 builder=$3 out="$cache/$1/$2" got found
+  got=$( [ -x "$bin/$name" ] && version_of "$name" "$bin/$name" || true)
+  if [ -n "$got" ] && acceptable "$name" "$want" "$got"; then
+    say "$name $want: ready ($got: $(readlink -f "$bin/$name"))"; return
   fi
-  local found; found=$(PATH=${PATH//$bin:/} command -v "$name" || true)
-  if [ -n "$found" ] && [ "$(version_of "$name" "$found")" = "$want" ]; then
-    say "$name $want: using $found from PATH"; ln -sf "$found" "$bin/$name"; return
+  found=$(installed "$name" "$want")
+  if [ -n "$found" ]; then
+    got=$(version_of "$name" "$found")
+    say "$name $want: using $found ($got), already installed"; ln -sfn "$found" "$bin/$name"; return
   fi
   if [ ! -x "$out/$name" ]; then
     say "$name $want: building from its Go module (first time only; cached in $out)"
     local t0=$SECONDS
     rm -rf "$out.tmp"; mkdir -p "$out.tmp"
-    "$builder" "$out.tmp" || die "$name $want" "the Go build failed (see the output above)"
+    if ! build "$name" "$want" "$builder" "$out.tmp"; then
+      rm -rf "$out.tmp"  # nothing half-built is ever taken for a cached tool
+      die "$name $want" "the Go build failed (see the output above); run \`make tools\` again after fixing it"
+    fi
     rm -rf "$out"; mv "$out.tmp" "$out"
     say "$name $want: built in $((SECONDS - t0)) s"
   else
     say "$name $want: cached"
   fi
-  ln -sf "$out/$name" "$bin/$name"
-  local got; got=$(version_of "$name" "$bin/$name")
+  ln -sfn "$out/$name" "$bin/$name"
+  got=$(version_of "$name" "$bin/$name")
   [ "$got" = "$want" ] || die "$name $want" "the built binary reports version '$got'"
 }
 
@@ -130,6 +181,11 @@ build_kube_component() { # the three share one build; link the others from it
   cp "$dir/$component" "$1/$component"
 }
 
+build_talos_validate() {
+  (cd "$here/builders/talos-validate" &&
+    go build -trimpath -ldflags "-s -w -X main.version=$TALOS_MACHINERY_VERSION" -o "$1/kontinuum-talos-validate" .)
+}
+
 build_kwok() {
   GOBIN="$1" go install -trimpath -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION" \
     "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
@@ -149,6 +205,7 @@ for component in kube-apiserver kube-controller-manager kube-scheduler; do
   want "$component" && provide "$component" "$KUBERNETES_VERSION" build_kube_component
 done
 want kwok && provide kwok "$KWOK_VERSION" build_kwok
+want kontinuum-talos-validate && provide kontinuum-talos-validate "$TALOS_MACHINERY_VERSION" build_talos_validate
 # Our dynamic-provider launcher is not a shared tool: tools/pulumi puts this checkout's
 # tools/plugins on PATH. (Earlier versions linked it here, tying the cache to one checkout.)
 rm -f "$bin/pulumi-resource-pulumi-python"

@@ -1,0 +1,182 @@
+"""tools/install.sh from nothing, in seconds: every builder is swapped for a stand-in
+(KONTINUUM_FAKE_BUILDERS), so each branch a user meets on a fresh or a used machine runs on
+every CI run: build, cached, already on PATH (pinned, newer, wrong), the user's Pulumi plugin
+directory, and a failed build."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+INSTALL = ROOT / "tools" / "install.sh"
+PINS = dict(re.findall(r"^([A-Z_]+)=(\S+)$", (ROOT / "tools" / "versions.env").read_text(), re.M))
+TOOLS = {
+    "pulumi": PINS["PULUMI_VERSION"],
+    "pulumi-language-python": PINS["PULUMI_LANGUAGE_PYTHON_VERSION"],
+    "pulumi-resource-kubernetes": PINS["PULUMI_KUBERNETES_VERSION"],
+    "etcd": PINS["ETCD_VERSION"],
+    "kube-apiserver": PINS["KUBERNETES_VERSION"],
+    "kube-controller-manager": PINS["KUBERNETES_VERSION"],
+    "kube-scheduler": PINS["KUBERNETES_VERSION"],
+    "kwok": PINS["KWOK_VERSION"],
+    "kontinuum-talos-validate": PINS["TALOS_MACHINERY_VERSION"],
+}
+
+# A stand-in builder: leaves a binary that reports its version the way the real one does.
+FAKE_BUILDER = r"""#!/bin/bash
+name=$1 version=$2 out=$3
+echo "$name" >>"$FAKE_LOG"
+if [[ " $FAKE_FAIL " == *" $name "* ]]; then echo "stand-in build of $name fails" >&2; exit 1; fi
+case $name in
+  pulumi|kontinuum-talos-validate) body="echo $version" ;;
+  etcd) body="echo 'etcd Version: ${version#v}'" ;;
+  kube-*) body="echo 'Kubernetes $version'" ;;
+  kwok) body="echo 'kwok version $version go1.26'" ;;
+  *) body="exit 0" ;;
+esac
+printf '#!/bin/sh\n%s\n' "$body" >"$out/$name"
+chmod +x "$out/$name"
+"""
+
+
+class Machine:
+    """A throwaway home, cache and PATH: nothing of the real machine's tools is visible."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.cache = root / "cache"
+        self.userbin = root / "userbin"
+        self.userbin.mkdir()
+        self.log = root / "built.log"
+        self.fake = root / "fake-builder"
+        self.fake.write_text(FAKE_BUILDER)
+        self.fake.chmod(0o755)
+        self.fail = ""
+
+    def run(self, *args: str) -> subprocess.CompletedProcess:
+        env = {
+            "HOME": str(self.root / "home"), "PATH": f"{self.userbin}:/usr/bin:/bin",
+            "KONTINUUM_TOOLS_CACHE": str(self.cache), "KONTINUUM_FAKE_BUILDERS": str(self.fake),
+            "FAKE_LOG": str(self.log), "FAKE_FAIL": self.fail,
+        }
+        return subprocess.run(["bash", str(INSTALL), *args], env=env, capture_output=True, text=True, timeout=60)
+
+    def built(self) -> list[str]:
+        names = self.log.read_text().split() if self.log.exists() else []
+        self.log.unlink(missing_ok=True)
+        return names
+
+    def bin(self) -> Path:
+        return Path(self.run("--print-bin").stdout.strip())
+
+    def on_path(self, name: str, script: str) -> Path:
+        path = self.userbin / name
+        path.write_text(f"#!/bin/sh\n{script}\n")
+        path.chmod(0o755)
+        return path
+
+
+@pytest.fixture
+def machine(tmp_path) -> Machine:
+    return Machine(tmp_path)
+
+
+def test_fresh_machine_builds_everything_once_then_reuses_it(machine):
+    first = machine.run()
+    assert first.returncode == 0, first.stderr
+    assert sorted(machine.built()) == sorted(TOOLS)
+    for name, version in TOOLS.items():
+        assert f"[tools] {name} {version}: built in " in first.stderr
+        assert (machine.bin() / name).resolve() == machine.cache / name / version / name
+    assert first.stdout.strip() == str(machine.bin())
+
+    again = machine.run()
+    assert again.returncode == 0 and machine.built() == []
+    assert all(f"{name} {version}: ready" in again.stderr for name, version in TOOLS.items())
+
+
+def test_a_new_tool_directory_reuses_the_cached_builds(machine):
+    assert machine.run().returncode == 0
+    machine.built()
+    for link in machine.bin().iterdir():
+        link.unlink()  # e.g. a changed pin elsewhere: a new directory, same cached versions
+    out = machine.run()
+    assert out.returncode == 0 and machine.built() == []
+    assert all(f"{name} {version}: cached" in out.stderr for name, version in TOOLS.items())
+
+
+def test_pinned_or_newer_engine_on_path_is_used_without_a_build(machine):
+    major, minor, patch = PINS["PULUMI_VERSION"].lstrip("v").split(".")
+    for version in (PINS["PULUMI_VERSION"], f"v{major}.{int(minor) + 3}.0"):
+        engine = machine.on_path("pulumi", f"echo {version}")
+        (machine.bin() / "pulumi").unlink(missing_ok=True)
+        out = machine.run("pulumi")
+        assert out.returncode == 0, out.stderr
+        assert machine.built() == []
+        assert f"using {engine} ({version}), already installed" in out.stderr
+        assert (machine.bin() / "pulumi").resolve() == engine
+        assert f"pulumi {PINS['PULUMI_VERSION']}: ready ({version}: {engine})" in machine.run("pulumi").stderr
+
+
+@pytest.mark.parametrize("reported", ["v3.1.0", "v4.0.0", "v3.274.1-dev", ""])
+def test_older_other_major_or_unknown_engine_on_path_is_not_used(machine, reported):
+    engine = machine.on_path("pulumi", f"echo '{reported}'")
+    out = machine.run("pulumi")
+    assert out.returncode == 0, out.stderr
+    assert machine.built() == ["pulumi"]
+    assert f"not using {engine} (it reports '{reported or 'no version'}'); building the pinned one" in out.stderr
+    assert (machine.bin() / "pulumi").resolve() == machine.cache / "pulumi" / PINS["PULUMI_VERSION"] / "pulumi"
+
+
+def test_exact_pin_required_for_other_tools_on_path(machine):
+    machine.on_path("etcd", "echo 'etcd Version: 3.5.0'")
+    good = machine.on_path("kwok", f"echo 'kwok version {PINS['KWOK_VERSION']} go1.26'")
+    out = machine.run("etcd", "kwok")
+    assert out.returncode == 0, out.stderr
+    assert machine.built() == ["etcd"]
+    assert (machine.bin() / "kwok").resolve() == good
+
+
+def test_kubernetes_provider_from_the_users_pulumi_plugin_directory(machine):
+    version = PINS["PULUMI_KUBERNETES_VERSION"]
+    plugin = machine.root / "home" / ".pulumi" / "plugins" / f"resource-kubernetes-v{version}" / "pulumi-resource-kubernetes"
+    plugin.parent.mkdir(parents=True)
+    plugin.write_text("#!/bin/sh\n")
+    plugin.chmod(0o755)
+    other = plugin.parents[1] / "resource-kubernetes-v4.18.0" / "pulumi-resource-kubernetes"
+    other.parent.mkdir()
+    out = machine.run("pulumi-resource-kubernetes")
+    assert out.returncode == 0, out.stderr
+    assert machine.built() == []
+    assert f"using {plugin} ({version}), already installed" in out.stderr
+
+    plugin.unlink()  # only another version installed: build the pinned one
+    out = machine.run("pulumi-resource-kubernetes")
+    assert out.returncode == 0 and machine.built() == ["pulumi-resource-kubernetes"]
+
+
+def test_failed_build_stops_with_the_tool_named_and_leaves_no_half_built_cache(machine):
+    machine.fail = "etcd"
+    out = machine.run()
+    assert out.returncode == 1
+    assert f"[tools] cannot provide etcd {PINS['ETCD_VERSION']}: the Go build failed" in out.stderr
+    assert "stand-in build of etcd fails" in out.stderr
+    assert not (machine.cache / "etcd" / PINS["ETCD_VERSION"]).exists()
+    assert not (machine.cache / "etcd" / f"{PINS['ETCD_VERSION']}.tmp").exists()
+    assert "kwok" not in machine.built()  # stops at the first failure
+
+    machine.fail = ""
+    out = machine.run()
+    assert out.returncode == 0, out.stderr
+    assert "etcd" in machine.built()
+
+
+def test_print_bin_needs_nothing_installed(machine):
+    out = machine.run("--print-bin")
+    assert out.returncode == 0 and out.stdout.strip().startswith(str(machine.cache))
+    assert not machine.cache.exists()
