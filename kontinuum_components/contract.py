@@ -1,0 +1,235 @@
+"""The stack config contract (`kontinuum:` namespace), defined once.
+
+The validator (config.py), the JSON Schema (`python -m kontinuum schema`, shipped as
+stacks/kontinuum.schema.json) and the README's stack-config table all come from STACK below.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from urllib.parse import urlsplit
+
+from kontinuum.talos.machineconfig import TALOS_VERSION
+from kontinuum.talos.waits import WAIT_DEFAULTS
+from kontinuum_components.schema import ANY, Bool, Format, Int, List, Map, Num, Obj, OneOf, Str, without
+
+DEFAULT_KUBERNETES_VERSION = "v1.35.4"
+DEFAULT_SERVER_IMAGE = "ghcr.io/kontinuum-sh/kontinuum-server:latest"
+LETSENCRYPT = "https://acme-v02.api.letsencrypt.org/directory"
+CONTROL_PLANE_POOL = "controlplane"
+
+# Upstream charts by default; the lab stack points these at lab/charts.
+DEFAULT_CHARTS = {
+    "cilium": {"repo": "https://helm.cilium.io/", "chart": "cilium", "version": "1.18.4", "namespace": "kube-system"},
+    "certManager": {"repo": "https://charts.jetstack.io", "chart": "cert-manager", "version": "v1.19.1",
+                    "namespace": "cert-manager"},
+}
+DEFAULT_GATEWAY_API = "https://github.com/kubernetes-sigs/gateway-api/releases/download/v1.3.0/standard-install.yaml"
+
+# Bounds of every wait, in seconds; stack config `timeouts` overrides any of them. Sized for
+# real hardware: an installer pull + install to disk + reboot routinely takes several minutes,
+# and so does a reset that wipes partitions; the apiserver answers minutes after bootstrap.
+# The Talos ones come from kontinuum/talos/waits.py, where the providers' own bounds live.
+DEFAULT_TIMEOUTS = {
+    "discovery": 10,
+    "claim": 0,
+    "apply": int(WAIT_DEFAULTS.apply),
+    "bootstrap": int(WAIT_DEFAULTS.bootstrap),
+    "kubeconfig": int(WAIT_DEFAULTS.kubeconfig),
+    "cilium": 600,
+    "health": int(WAIT_DEFAULTS.health),
+    "certManager": 600,
+    "certificate": 600,
+    "registryJoin": 600,
+    "teardown": int(WAIT_DEFAULTS.reset),
+}
+
+# What a reset wipes on teardown (zones[].teardown.wipe). Talos's documented way back to
+# maintenance mode wipes the STATE and EPHEMERAL partitions; `disk` wipes the whole system
+# disk, which leaves a machine that boots only from the network or an ISO afterwards.
+TEARDOWN_WIPES = ("state", "disk")
+
+# --- value formats --------------------------------------------------------------------------
+
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
+_LABEL = r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?"
+_HOST = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*\.?$")
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s.]+$")
+
+
+def is_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+        return True
+    except ValueError:
+        return False
+
+
+def _host_problem(host: str) -> bool:
+    """True when `host` is neither an IP literal nor an RFC 1123 host name."""
+    return not (is_ip(host) or (_HOST.match(host) and not host.replace(".", "").isdigit()))
+
+
+def _url_problem(value: str, *, port_required: bool) -> str | None:
+    want = "must be https://host:port (e.g. https://10.0.0.5:6443)" if port_required else "must be an https URL"
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError:
+        return f"{want} with a port between 1 and 65535"
+    if parts.scheme != "https" or not parts.hostname or _host_problem(parts.hostname):
+        return want
+    if port_required and (port is None or parts.path not in ("", "/") or parts.query or parts.fragment):
+        return want
+    if port is not None and not 0 < port < 65536:
+        return f"{want} with a port between 1 and 65535"
+    return None
+
+
+def _host_port_problem(value: str) -> str | None:
+    want = "must be host:port with a numeric port (no scheme), e.g. hub.example.com:443"
+    host, sep, port = value.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if "://" in value or not sep or not port.isdigit() or not 0 < int(port) < 65536 or not host or _host_problem(host):
+        return want
+    return None
+
+
+NAME = Format("name", lambda v: None if _NAME.match(v) else
+              "must be lowercase letters, digits and '-', at most 32 characters", _NAME.pattern)
+ADDRESS = Format("address", lambda v: "must be an IPv4/IPv6 address or an RFC 1123 host name"
+                 if _host_problem(v) else None)
+ENDPOINT = Format("https://host:port", lambda v: _url_problem(v, port_required=True), r"^https://[^/]+:[0-9]{1,5}/?$")
+HTTPS_URL = Format("https URL", lambda v: _url_problem(v, port_required=False), r"^https://")
+EMAIL = Format("e-mail", lambda v: None if _EMAIL.match(v) else "must be an e-mail address", _EMAIL.pattern)
+DNS_NAME = Format("DNS name", lambda v: "must be a DNS name" if not _HOST.match(v) or is_ip(v) else None,
+                  _HOST.pattern)
+HOST_PORT = Format("host:port", _host_port_problem, r"^[^:/]+:[0-9]{1,5}$|^\[[0-9a-fA-F:]+\]:[0-9]{1,5}$")
+VERSION = Format("version", lambda v: None if re.match(r"^v\d+\.\d+\.\d+$", v) else "must look like v1.2.3",
+                 r"^v\d+\.\d+\.\d+$")
+DEVICE = Format("device path", lambda v: None if re.match(r"^/dev/\S+$", v) else
+                "must be a device path like /dev/sda", r"^/dev/\S+$")
+NON_EMPTY = Format("string", lambda v: "must not be empty" if not v.strip() else None, r"\S")
+IMAGE = Format("image", lambda v: None if re.match(r"^\S+$", v) else "must be an image reference", r"^\S+$")
+
+# --- the contract ---------------------------------------------------------------------------
+
+PATCH_OP = Obj({
+    "op": Str("add, remove, replace, move, copy or test", required=True,
+              enum=("add", "remove", "replace", "move", "copy", "test")),
+    "path": Str("JSON pointer", required=True),
+    "value": ANY,
+    "from": Str("JSON pointer (move, copy)"),
+})
+PATCHES = List(OneOf(Map(ANY), List(PATCH_OP), Str(format=NON_EMPTY)),
+               "machine config patches: RFC 6902 operation lists, YAML merge patch mappings or YAML text of either "
+               "(applied cluster → pool → node)")
+LABELS = Map(Str(), "node labels, `label: value`")
+
+
+def _pool(*, control_plane: bool) -> dict:
+    replicas = (Int("control planes: 1, 3 or 5", default=1, enum=(1, 3, 5)) if control_plane else
+                Int("machines of this pool to claim (at most as many as listed for it)", default=1, minimum=0))
+    return {
+        "replicas": replicas,
+        "installDisk": Str("system disk Talos installs to", default="/dev/sda", format=DEVICE),
+        "nodeLabels": LABELS,
+        "patches": PATCHES,
+    }
+
+
+CHART = Obj({
+    "repo": Str("Helm repository URL", format=NON_EMPTY),
+    "chart": Str("chart name", format=NON_EMPTY),
+    "version": Str("chart version", format=NON_EMPTY),
+    "path": Str("a local chart directory instead of repo/chart/version", format=NON_EMPTY),
+    "namespace": Str("namespace of the release", format=NON_EMPTY),
+}, "`{repo, chart, version}` or `{path}` of a local chart; upstream charts by default")
+
+
+def _addon(name: str):
+    return Obj({"chart": CHART, "values": Map(ANY, "extra Helm values, merged over the Talos-guide values")},
+               f"the {name} release")
+
+
+MACHINE = Obj({
+    "address": Str("the machine's address", format=ADDRESS),
+    "addresses": List(Str(format=ADDRESS), "all of the machine's addresses; the first that answers is used"),
+    "pool": Str("`controlplane` or a worker pool name", default=CONTROL_PLANE_POOL, format=NAME),
+})
+
+ZONE = Obj({
+    "zone": Str("zone name; every zone object is `<region>-<zone>`", required=True, format=NAME),
+    "talosAddresses": List(
+        OneOf(Str(format=ADDRESS), MACHINE),
+        "machines in maintenance mode: an address, or `{address | addresses: [...], pool}`. Each machine becomes "
+        "the hub Instance `<region>-<zone>-<sha256(first address)[:8]>`; an address is used once per stack",
+        required=True),
+    "controlPlane": Obj({
+        **_pool(control_plane=True),
+        "endpoint": Str("`https://host:port` in front of the control planes; required for 3 or 5, "
+                        "defaults to the first member for 1", format=ENDPOINT),
+    }, "the control-plane pool"),
+    "workers": List(Obj({"name": Str("pool name", required=True, format=NAME), **_pool(control_plane=False)}),
+                    "worker pools"),
+    "patches": PATCHES,
+    "talosVersion": Str("Talos version (the pinned contract's minor)", default=TALOS_VERSION, format=VERSION),
+    "kubernetesVersion": Str("Kubernetes version; must be supported by the Talos version (README: support matrix)",
+                             default=DEFAULT_KUBERNETES_VERSION, format=VERSION),
+    "addons": Obj({
+        "cilium": _addon("Cilium"),
+        "certManager": _addon("cert-manager"),
+        "gatewayApi": Obj({"source": Str(
+            "the Gateway API standard CRDs: a local file, a directory of `*.yaml`, or an http(s) URL (fetched once, "
+            "bounded to 30 s, cached in `~/.cache/kontinuum/manifests/`)", format=NON_EMPTY,
+            doc_default="v1.3.0 release")}),
+    }, "what every zone cluster gets"),
+    "serverImage": Str("kontinuum-server image of the zone footprint", default=DEFAULT_SERVER_IMAGE, format=IMAGE),
+    "unregisterInstancesOnDelete": Bool("on teardown also delete the hub Instances (default: only release them)",
+                                        default=False),
+    "teardown": Obj({
+        "skipUnreachableCluster": Bool("escape hatch for a dead zone cluster (README: Teardown)", default=False),
+        "wipe": Str("what a reset wipes when a machine leaves the zone: `state` (the STATE and EPHEMERAL "
+                    "partitions) or `disk` (the whole system disk)", default="state", enum=TEARDOWN_WIPES),
+    }),
+    "timeouts": Obj({k: Num(f"seconds for the {k} wait" + (" (0 = fail at once)" if k == "claim" else ""),
+                            default=v, minimum=0) for k, v in DEFAULT_TIMEOUTS.items()},
+                    "bounds of every wait, sized for real hardware; the lab stack sets short ones"),
+    "talosPort": Int("Talos API port", default=50000, minimum=1, maximum=65535),
+})
+
+HUB = Obj({
+    "dnsDomain": Str("zone servers are published at `<zone>.<region>.<dnsDomain>`", required=True, format=DNS_NAME),
+    "grpcEndpoint": Str("`host:port` of the hub's gRPC endpoint; zones get `grpc://zone@<it>` as storage DSN",
+                        required=True, format=HOST_PORT),
+    "acme": Obj({
+        "email": Str("ACME account e-mail", required=True, format=EMAIL),
+        "server": Str("ACME directory URL", default=LETSENCRYPT, format=HTTPS_URL),
+    }, "ACME account for the zones' certificates", required=True),
+    "auth": Obj({
+        "mode": Str("mirrored into each zone (a zone is refused when unset: its server would not start)",
+                    required=True, enum=("anonymous", "oidc")),
+        "oidc": Obj({
+            "issuerUrl": Str("OIDC issuer", required=True, format=HTTPS_URL),
+            "clientId": Str("OIDC client id", required=True, format=NON_EMPTY),
+        }, "OIDC settings when `mode: oidc`"),
+    }),
+}, "the hub", required=True)
+
+STACK = Obj({
+    "region": Str("region name; every zone object is `<region>-<zone>`", required=True, format=NAME),
+    "hubKubeconfig": Str("**secret**: kubeconfig of the hub "
+                         "(`pulumi config set --secret kontinuum:hubKubeconfig < hub.yaml`)", secret=True),
+    "hubKubeconfigFile": Str("instead of `hubKubeconfig`: a file path to read it from (the lab uses this)",
+                             format=NON_EMPTY),
+    "hub": HUB,
+    "defaults": without(ZONE, "zone", "talosAddresses",
+                        doc="any zone key except `zone` and `talosAddresses`; merged under every zone (the zone "
+                            "wins; lists are replaced)", expand=False),
+    "zones": List(ZONE, "the zones of this region", default=[]),
+    "allowEmptyRegion": Bool("let `pulumi up` remove every zone of a deployed region (normally refused: "
+                             "`pulumi destroy` removes a region)", default=False),
+})
+
+NAMESPACE = "kontinuum"
