@@ -1,6 +1,6 @@
 """TalosCluster: the seeds' bootstrap state machine as a dependency graph (DESIGN §4).
 
-TalosSecrets → control-plane pool → ConfigApply per member → Bootstrap once → Kubeconfig →
+TalosSecrets → control-plane pool → ConfigApply per member machine → Bootstrap once → Kubeconfig →
 Gateway API CRDs → Cilium (non-blocking) → Cilium pods healthy → Talos health check
 (ControlPlaneReady) → worker pools + their ConfigApply, cert-manager → cert-manager healthy
 (Ready). Each arrow is a resource dependency, so a failed or killed `pulumi up` resumes at
@@ -17,11 +17,13 @@ from kontinuum.hub.crds import LABEL_REGION, LABEL_ZONE
 from kontinuum.talos import machineconfig
 from kontinuum.talos.secrets import load as load_secrets
 from kontinuum_components import addons
-from kontinuum_components.config import Pool, Zone
+from kontinuum.naming import instance_name
+from kontinuum_components.config import Machine, Pool, Zone
 from kontinuum_components.specs import cluster_spec
 from providers.bootstrap import Bootstrap
 from providers.cluster_health import ClusterHealth
 from providers.config_apply import ConfigApply
+from providers.instance import Instance
 from providers.instance_pool import InstancePool
 from providers.kubeconfig import Kubeconfig
 from providers.talos_secrets import TalosSecrets
@@ -34,12 +36,21 @@ class TalosCluster(pulumi.ComponentResource):
     talosconfig (secrets), members and the ControlPlaneReady / Bootstrapped / Ready flags."""
 
     def __init__(self, name: str, *, region: str, zone: Zone, hub_kubeconfig: pulumi.Input[str],
-                 instances: list[pulumi.Resource], opts: pulumi.ResourceOptions | None = None):
+                 instances: dict[Machine, Instance], opts: pulumi.ResourceOptions | None = None):
+        """instances: every machine of the zone with its hub Instance. A pool's members are the
+        first `replicas` machines listed for it, so membership is known to the program (and to
+        a preview) and keyed by machine: each member's resources are named after its Instance."""
         super().__init__("kontinuum:index:TalosCluster", name, None, opts)
         self.name = name
         self.zone = zone
         t = zone.timeouts
         child = pulumi.ResourceOptions(parent=self)
+        members = {p.name: pool_members(zone, p) for p in (zone.control_plane, *zone.workers)}
+        iname = {m: instance_name(region, zone.zone, m.addresses[0]) for m in zone.machines}
+
+        def address(m: Machine) -> pulumi.Input[str]:
+            # Known to the program for one address; the discovered one when several are listed.
+            return m.addresses[0] if len(m.addresses) == 1 else instances[m].address
 
         def pool(p: Pool, after: list[pulumi.Resource]) -> InstancePool:
             return InstancePool(
@@ -47,16 +58,19 @@ class TalosCluster(pulumi.ComponentResource):
                 pool=f"{name}-{p.name}",
                 selector={LABEL_REGION: region, LABEL_ZONE: zone.zone, LABEL_POOL: p.name},
                 replicas=p.replicas,
+                machines={iname[m]: list(m.addresses) for m in members[p.name]},
+                keep_one_member=p.name == zone.control_plane.name,
                 hub_kubeconfig=hub_kubeconfig,
                 wait_seconds=float(t["claim"]),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=after),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[*after, *(instances[m] for m in members[p.name])]),
             )
 
-        cp_pool = pool(zone.control_plane, instances)
-        cp_addresses = cp_pool.members.apply(lambda ms: [m["address"] for m in ms])
+        cp_members = members[zone.control_plane.name]
+        cp_pool = pool(zone.control_plane, [])
+        cp_addresses = pulumi.Output.all(*[address(m) for m in cp_members])
         secrets = TalosSecrets(f"{name}-secrets", cluster_name=name, endpoints=cp_addresses, opts=child)
-        self.endpoint = pulumi.Output.from_input(zone.endpoint) if zone.endpoint else cp_addresses.apply(
-            lambda a: f"https://{a[0]}:6443")
+        first_cp = address(cp_members[0])
+        self.endpoint = pulumi.Output.from_input(zone.endpoint or pulumi.Output.concat("https://", first_cp, ":6443"))
         talosconfig = secrets.talosconfig
 
         def config_for(pool_name: str) -> pulumi.Output[str]:
@@ -65,27 +79,30 @@ class TalosCluster(pulumi.ComponentResource):
                 lambda args: machineconfig.render(cluster_spec(name, zone, args[1]),
                                                   load_secrets(args[0], check_rsa=False), pool=pool_name).decode())
 
-        def applies(p: Pool, members: pulumi.Output, role: str, after: list[pulumi.Resource]) -> list[ConfigApply]:
+        def applies(p: Pool, role: str, after: list[pulumi.Resource]) -> list[ConfigApply]:
             config = config_for(p.name)
             return [
                 ConfigApply(
-                    f"{name}-{p.name}-{i}",
-                    address=members.apply(lambda ms, i=i: ms[i]["address"]),
+                    iname[m],
+                    instance=iname[m],
+                    pool=p.name,
+                    address=address(m),
                     config=config,
                     talosconfig=talosconfig,
+                    hub_kubeconfig=hub_kubeconfig,
                     role=role,
                     talos_port=zone.talos_port,
                     apply_timeout=float(t["apply"]),
                     reset_timeout=float(t["teardown"]),
                     leave_etcd_on_delete=role == "controlplane",
                     skip_unreachable=zone.skip_unreachable_cluster,
+                    wipe=zone.teardown_wipe,
                     opts=pulumi.ResourceOptions(parent=self, depends_on=after),
                 )
-                for i in range(p.replicas)
+                for m in members[p.name]
             ]
 
-        cp_applies = applies(zone.control_plane, cp_pool.members, "controlplane", [cp_pool])
-        first_cp = cp_addresses.apply(lambda a: a[0])
+        cp_applies = applies(zone.control_plane, "controlplane", [cp_pool])
         bootstrap = Bootstrap(f"{name}-bootstrap", address=first_cp, talosconfig=talosconfig,
                               talos_port=zone.talos_port, timeout=float(t["bootstrap"]),
                               opts=pulumi.ResourceOptions(parent=self, depends_on=cp_applies))
@@ -101,33 +118,39 @@ class TalosCluster(pulumi.ComponentResource):
         # the cluster is its control planes alone. With one, a second operator replica could never
         # schedule (host ports), Cilium never turns healthy and the workers never come.
         cilium_healthy = addons.install_cilium(self, kubeconfig.kubeconfig, single_node=zone.control_plane.replicas == 1)
+        # The worker list is the zone's; the check takes those that have joined by then.
         health = ClusterHealth(f"{name}-health", address=first_cp, talosconfig=talosconfig,
-                               control_plane_nodes=cp_addresses, worker_nodes=[], talos_port=zone.talos_port,
-                               timeout=float(t["health"]),
+                               control_plane_nodes=cp_addresses,
+                               worker_nodes=pulumi.Output.all(*[address(m) for w in zone.workers for m in members[w.name]]),
+                               talos_port=zone.talos_port, timeout=float(t["health"]),
                                opts=pulumi.ResourceOptions(parent=self, depends_on=[cilium_healthy]))
         self.control_plane_ready = health.healthy
 
         worker_applies: list[ConfigApply] = []
         self.worker_pools = {}
         for w in zone.workers:
-            wp = pool(w, [health, *instances])
+            wp = pool(w, [health])
             self.worker_pools[w.name] = wp
-            worker_applies += applies(w, wp.members, "worker", [wp, health])
+            worker_applies += applies(w, "worker", [wp, health])
         cert_manager_healthy = addons.install_cert_manager(self, kubeconfig.kubeconfig, after=[health])
 
         self.ready = pulumi.Output.all(cert_manager_healthy.healthyPods, *[a.configHash for a in worker_applies]).apply(
             lambda _: True)
         self.bootstrapped = bootstrap.bootstrapped
         self.talosconfig = talosconfig
-        self.members = pulumi.Output.all(cp_pool.members, *[wp.members for wp in self.worker_pools.values()]).apply(
-            lambda groups: [m for g in groups for m in g])
+        self.members = {p: [iname[m] for m in ms] for p, ms in members.items()}
         self.addons_ready = [cilium_healthy, cert_manager_healthy]
         self.register_outputs({"endpoint": self.endpoint, "controlPlaneReady": self.control_plane_ready,
                                "ready": self.ready, "members": self.members})
 
-
     def on_cluster(self, depends_on=None) -> pulumi.ResourceOptions:
         return on_zone_cluster(self, self.provider, self.zone, depends_on)
+
+
+def pool_members(zone: Zone, pool: Pool) -> list[Machine]:
+    """The first `replicas` machines listed for the pool (in talosAddresses order); the rest
+    are spares. Adding machines at the end never displaces a member."""
+    return [m for m in zone.machines if m.pool == pool.name][: pool.replicas]
 
 
 def on_zone_cluster(parent: pulumi.Resource, provider: k8s.Provider, zone: Zone,

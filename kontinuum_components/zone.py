@@ -8,12 +8,11 @@ Instances unregistered only when `unregisterInstancesOnDelete` asks for it.
 
 from __future__ import annotations
 
-import hashlib
-
 import pulumi
 import pulumi_kubernetes as k8s
 
 from kontinuum.hub.crds import LABEL_REGION, LABEL_ZONE
+from kontinuum.naming import instance_name
 from kontinuum_components import config, specs
 from kontinuum_components.downstream import DownstreamFootprint
 from kontinuum_components.talos_cluster import LABEL_POOL, TalosCluster
@@ -21,12 +20,6 @@ from providers.instance import Instance
 from providers.registry_join import RegistryJoin
 from providers.teardown_guard import TeardownGuard
 from providers.zone_identity import ZoneIdentity
-
-
-def instance_name(region: str, zone: str, address: str) -> str:
-    """Seed naming: `<region>-<zone>-<first 8 hex of sha256(address)>`; the same address is
-    the same Instance, a new address a new one (seeds, stage 1)."""
-    return f"{region}-{zone}-{hashlib.sha256(address.encode()).hexdigest()[:8]}"
 
 
 def zone_url(region: str, zone: str, hub: config.Hub) -> str:
@@ -54,8 +47,8 @@ class Zone(pulumi.ComponentResource):
         zone would be one more plugin to start per zone for the same cluster)."""
         super().__init__("kontinuum:index:Zone", name, None, opts)
         t = zone.timeouts
-        instances = [
-            Instance(
+        instances = {
+            m: Instance(
                 instance_name(region, zone.zone, m.addresses[0]),
                 name=instance_name(region, zone.zone, m.addresses[0]),
                 interfaces=list(m.addresses),
@@ -67,7 +60,7 @@ class Zone(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self),
             )
             for m in zone.machines
-        ]
+        }
         cluster = TalosCluster(name, region=region, zone=zone, hub_kubeconfig=hub_kubeconfig, instances=instances,
                                opts=pulumi.ResourceOptions(parent=self))
         identity = ZoneIdentity(f"{name}-identity", region=region, zone=zone.zone,

@@ -1,7 +1,8 @@
 """ClusterHealth: Talos's own cluster health check, the convergence gate (seeds).
 
 The check runs server-side on one control-plane node (ClusterService.HealthCheck, as
-`talosctl health` does) with the expected control-plane and worker nodes; `timeout` is its
+`talosctl health` does) with the expected control-plane nodes and the listed workers that
+have joined; `timeout` is its
 server wait_timeout and the client deadline adds Deadlines.health_check_slack, so the node
 gives its own verdict first. Progress lines go to the Pulumi log; a failure names the last
 one. A node that is briefly unreachable is retried within the same bound. Every create and
@@ -15,7 +16,7 @@ import pulumi
 from pulumi.dynamic import CreateResult, Resource, ResourceProvider, UpdateResult
 
 from kontinuum.errors import KontinuumError
-from kontinuum.talos.errors import ClusterUnhealthyError
+from kontinuum.talos.errors import ClusterUnhealthyError, TalosError
 from kontinuum.talos.transport import APID_PORT
 from kontinuum.talos.waits import WAIT_DEFAULTS, NotYet, WaitTimeout, wait_until
 from providers.common import diff_inputs, with_secret_outputs
@@ -39,11 +40,28 @@ def check_cluster_health(news: dict) -> Inputs:
     return inputs
 
 
+JOIN_PROBE = 5.0  # seconds to ask a listed worker whether it runs this cluster's config
+
+
+def joined_workers(props: dict) -> list[str]:
+    """The listed workers that run this cluster's config now (they answer over mTLS with its
+    talosconfig): Talos's check wants the node set as it is, and a worker that has not joined
+    yet (the gate runs before workers join) or was reset is not part of it."""
+    joined = []
+    for worker in props.get("workerNodes") or []:
+        try:
+            node_client(props, worker).version(timeout=JOIN_PROBE)
+            joined.append(worker)
+        except TalosError as exc:
+            info(f"{worker}: not checked, it does not run this cluster's config now ({exc.problem})")
+    return joined
+
+
 def run_health_check(props: dict) -> list[str]:
     """The nodes checked; raises ClusterNotHealthy with the node's last progress line."""
     address = props["address"]
     client = node_client(props)
-    cps, workers = list(props["controlPlaneNodes"]), list(props.get("workerNodes") or [])
+    cps, workers = list(props["controlPlaneNodes"]), joined_workers(props)
     bound = float(props["timeout"])
     seen = []  # progress lines; the client adds the last one to its errors
 

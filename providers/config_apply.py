@@ -1,12 +1,18 @@
-"""ConfigApply: one cluster member's machine config, from maintenance mode to reset.
+"""ConfigApply: one machine's config in its cluster, from maintenance mode to reset.
 
-create: apply in maintenance mode (insecure TLS, mode auto). A node that already left
+One resource per machine, named after its Instance (membership by identity): a change of
+pool membership creates or deletes exactly the machines that join or leave.
+create: apply in maintenance mode (insecure TLS pinned to the certificate discovery recorded
+on the hub Instance, so another machine answering at the address never gets the cluster's
+keys; mode auto). A node that already left
 maintenance mode refuses that, which is expected on a re-run (seeds: best-effort, logged):
 the config is then re-applied over mTLS in auto mode. Either way the wait ends only when the
 node answers over mTLS, after its reboot, so the next resource can rely on it.
 update: a changed config is re-applied over mTLS, auto mode, to exactly this node.
 delete: control planes leave etcd first and fail closed when that fails (a reset member
-would cost the cluster quorum); then a reset back to maintenance mode, waited for.
+would cost the cluster quorum); then a reset back to maintenance mode (STATE + EPHEMERAL, as
+Talos documents, or the whole system disk with wipe=disk), waited for, and the machine's new
+maintenance certificate recorded on its hub Instance for the next apply.
 Every network step is bounded by applyTimeout or resetTimeout; check and diff are pure.
 """
 
@@ -21,25 +27,31 @@ from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider,
 
 from kontinuum.errors import KontinuumError
 from kontinuum.talos.client import TalosClient
-from kontinuum.talos.errors import NotInMaintenanceError, TalosError, TlsTrustError
+from kontinuum.talos.errors import FingerprintMismatchError, NotInMaintenanceError, TalosError, TlsTrustError
 from kontinuum.talos.transport import APID_PORT
 from kontinuum.talos.waits import WAIT_DEFAULTS, NotYet, WaitTimeout, wait_until
 from providers.common import diff_inputs, with_secret_outputs
 from providers.talos_common import TRANSIENT, Inputs, config_hash, info, known, node_client, warn
 
 ROLES = ("controlplane", "worker")
-REPLACE_ON = ("address", "role")
-UPDATE_ON = ("talosPort", "talosconfig", "applyTimeout", "resetTimeout", "resetOnDelete", "leaveEtcdOnDelete", "skipUnreachable")
-SECRET_OUTPUTS = ("config", "talosconfig")
+WIPES = {"state": ("STATE", "EPHEMERAL"), "disk": ()}  # system partitions a reset wipes; () = the disk
+REPLACE_ON = ("instance", "role")
+UPDATE_ON = ("address", "pool", "talosPort", "talosconfig", "hubKubeconfig", "applyTimeout", "resetTimeout",
+             "resetOnDelete", "leaveEtcdOnDelete", "skipUnreachable", "wipe")
+SECRET_OUTPUTS = ("config", "talosconfig", "hubKubeconfig")
 
 
 class NodeNotResetError(KontinuumError):
     """Delete refused to reset a node, or could not."""
 
 
-def check_config_apply(news: dict) -> Inputs:
+def check_config_apply(news: dict, olds: dict | None = None) -> Inputs:
     inputs = Inputs(news)
     inputs.string("address", "the node's address (the one discovery answered on)")
+    if inputs.news.get("wipe") is None:
+        inputs.news["wipe"] = "state"
+    inputs.string("wipe", "what a reset wipes", choices=tuple(WIPES))
+    _check_stays_in_pool(inputs, olds or {})
     inputs.port()
     inputs.string("role", "the node's role", choices=ROLES)
     inputs.talosconfig()
@@ -55,6 +67,19 @@ def check_config_apply(news: dict) -> Inputs:
         if problem:
             inputs.fail("config", problem)
     return inputs
+
+
+def _check_stays_in_pool(inputs: Inputs, olds: dict) -> None:
+    """A machine that holds a cluster's data does not change pool or role in place: refused at
+    check (so in preview), with the safe way."""
+    news = inputs.news
+    for prop in ("pool", "role"):
+        old, new = olds.get(prop), news.get(prop)
+        if old and known(new) and new and new != old:
+            inputs.fail(prop, (
+                f"machine {news.get('instance') or news.get('address')} is a member of {prop} {old!r} and holds its "
+                f"data; it cannot move to {new!r} in place. Remove it from the zone first (`pulumi up` resets it to "
+                "maintenance mode), then list it in the other pool and run `pulumi up` again."))
 
 
 def _config_role_problem(config: str, role: str) -> str | None:
@@ -76,6 +101,8 @@ def _config_role_problem(config: str, role: str) -> str | None:
 
 def diff_config_apply(olds: dict, news: dict) -> DiffResult:
     """olds are the recorded outputs, which hold the config's hash, never the config."""
+    if olds.get("instance") is None and olds.get("address") == news.get("address"):
+        olds = {**olds, "instance": news.get("instance")}  # recorded before identities: the same machine
     result = diff_inputs(olds, news, replace_on=REPLACE_ON, update_on=UPDATE_ON)
     new_config = news.get("config")
     if not known(new_config) or olds.get("configHash") != config_hash(new_config or ""):
@@ -86,8 +113,42 @@ def diff_config_apply(olds: dict, news: dict) -> DiffResult:
 # --- create / update --------------------------------------------------------------------------
 
 
-def _maintenance(props: dict) -> TalosClient:
-    return TalosClient.maintenance(props["address"], port=int(props.get("talosPort") or APID_PORT))
+def _maintenance(props: dict, fingerprint: str | None = None) -> TalosClient:
+    return TalosClient.maintenance(props["address"], port=int(props.get("talosPort") or APID_PORT),
+                                   fingerprint=fingerprint)
+
+
+def _inventory(props: dict):
+    """The hub's Instances, when this machine has one (imported here: only the provider
+    process needs the kubernetes client)."""
+    if not (props.get("hubKubeconfig") and props.get("instance")):
+        return None
+    from kontinuum.hub.inventory import Inventory
+
+    return Inventory.from_kubeconfig(props["hubKubeconfig"])
+
+
+def _recorded_fingerprint(props: dict) -> str | None:
+    """The maintenance certificate discovery (or our last reset) recorded for this machine."""
+    inv = _inventory(props)
+    if inv is None:
+        return None
+    from kontinuum.hub.discovery import recorded
+
+    fingerprint = recorded(inv.get(props["instance"]))["fingerprint"]
+    if fingerprint is None:
+        warn(f"{props['address']}: Instance {props['instance']} has no recorded certificate; pinning the first one seen")
+    return fingerprint
+
+
+def _not_this_machine(props: dict, exc: FingerprintMismatchError) -> KontinuumError:
+    return KontinuumError(
+        f"ConfigApply {props['address']}: the machine answering in maintenance mode presents certificate "
+        f"{exc.seen}, but discovery recorded {exc.pinned} for Instance {props.get('instance')}. Another machine "
+        "may answer at this address: it gets no config. If it is the same machine and it rebooted since discovery "
+        "(each maintenance boot has a new certificate), discover it again: `pulumi up --replace <its Instance URN>` "
+        "(see `pulumi stack --show-urns`), then run `pulumi up`."
+    )
 
 
 def _foreign(props: dict, exc: TlsTrustError) -> KontinuumError:
@@ -99,7 +160,7 @@ def _foreign(props: dict, exc: TlsTrustError) -> KontinuumError:
     )
 
 
-def _apply_once(props: dict, left: float, *, prefer_mtls: bool) -> str:
+def _apply_once(props: dict, left: float, *, prefer_mtls: bool, fingerprint: str | None = None) -> str:
     """Send the config once, however the node takes it now: "maintenance", or the mode the
     node chose over mTLS. Raises TRANSIENT errors while the node is off the network."""
     address = props["address"]
@@ -113,9 +174,11 @@ def _apply_once(props: dict, left: float, *, prefer_mtls: bool) -> str:
         except TlsTrustError as exc:
             info(f"{address}: no mTLS answer ({exc.problem}); trying maintenance mode")
     try:
-        _maintenance(props).apply_config(props["config"], mode="auto", timeout=timeout)
+        _maintenance(props, fingerprint).apply_config(props["config"], mode="auto", timeout=timeout)
         info(f"{address}: applied the config in maintenance mode; the node installs and reboots")
         return "maintenance"
+    except FingerprintMismatchError as exc:
+        raise _not_this_machine(props, exc) from exc
     except NotInMaintenanceError as exc:
         # Expected on a re-run: the node moved on (seeds, best-effort). Converge over mTLS.
         info(f"{address}: maintenance-mode apply refused as expected for a configured node ({exc.problem})")
@@ -170,10 +233,11 @@ def converge(props: dict, *, prefer_mtls: bool) -> dict:
     """Apply props["config"] to the node and wait until it answers over mTLS, all within
     applyTimeout."""
     started = time.monotonic()
+    fingerprint = None if prefer_mtls else _recorded_fingerprint(props)
 
     def attempt(left: float) -> str:
         try:
-            return _apply_once(props, left, prefer_mtls=prefer_mtls)
+            return _apply_once(props, left, prefer_mtls=prefer_mtls, fingerprint=fingerprint)
         except TRANSIENT as exc:
             raise NotYet(exc.problem) from exc
 
@@ -190,7 +254,7 @@ def converge(props: dict, *, prefer_mtls: bool) -> dict:
 
 def outputs(props: dict) -> dict:
     """Everything but the config itself, which only its hash represents."""
-    outs = {k: props.get(k) for k in ("address", "role", *UPDATE_ON)}
+    outs = {k: props.get(k) for k in ("instance", "role", *UPDATE_ON)}
     outs["configHash"] = config_hash(props["config"])
     return outs
 
@@ -288,7 +352,8 @@ def teardown(props: dict) -> None:
         _teardown_step(
             props,
             "accept the reset",
-            lambda left: client.reset(graceful=graceful, reboot=True, timeout=min(left, client.deadlines.reset)),
+            lambda left: client.reset(graceful=graceful, reboot=True, system_partitions=WIPES[props.get("wipe") or "state"],
+                                      timeout=min(left, client.deadlines.reset)),
             started,
         )
     except _InMaintenance:
@@ -301,31 +366,39 @@ def teardown(props: dict) -> None:
         raise
     info(f"{address}: reset (graceful={graceful}); waiting for it to come back in maintenance mode")
 
-    def back(left: float) -> None:
+    def back(left: float):
         maintenance = _maintenance(props)
         try:
-            maintenance.discover(timeout=min(left, maintenance.deadlines.discover))
+            return maintenance.discover(timeout=min(left, maintenance.deadlines.discover))
         except TalosError as exc:
             raise NotYet(exc.problem) from exc
 
-    wait_until(
+    found = wait_until(
         f"ConfigApply {address}: the node to come back in maintenance mode after its reset",
         back,
         timeout=float(props["resetTimeout"]),
         started=started,
-        remedy="The reset may still be wiping disks (raise resetTimeout) or hung: check the machine's console, then run again.",
+        remedy=(
+            "The reset may still be wiping disks (raise resetTimeout) or hung: check the machine's console, then run "
+            "again. After a whole-disk wipe (wipe: disk) a machine comes back only if it boots from the network or an ISO."
+        ),
     )
+    inv = _inventory(props)
+    if inv is not None:
+        from kontinuum.hub.discovery import record_found
+
+        record_found(inv, props["instance"], found)  # its new certificate: what the next apply pins
 
 
 class ConfigApplyProvider(ResourceProvider):
-    def check(self, _olds, news):
-        return check_config_apply(news).result()
+    def check(self, olds, news):
+        return check_config_apply(news, olds).result()
 
     def diff(self, _id, olds, news):
         return diff_config_apply(olds, news)
 
     def create(self, props):
-        return CreateResult(id_=props["address"], outs=converge(props, prefer_mtls=False))
+        return CreateResult(id_=props.get("instance") or props["address"], outs=converge(props, prefer_mtls=False))
 
     def update(self, _id, olds, news):
         if olds.get("configHash") == config_hash(news["config"]):
@@ -337,8 +410,9 @@ class ConfigApplyProvider(ResourceProvider):
 
 
 class ConfigApply(Resource):
-    """A machine config applied to one member. Outputs: address, role, configHash (sha256 of
-    the config; the config itself is never an output), talosconfig (secret, for teardown)."""
+    """A machine config applied to one machine (its Instance). Outputs: instance, address, role,
+    configHash (sha256 of the config; the config itself is never an output), talosconfig and
+    hubKubeconfig (secrets, for teardown)."""
 
     address: pulumi.Output[str]
     configHash: pulumi.Output[str]
@@ -351,6 +425,10 @@ class ConfigApply(Resource):
         config: pulumi.Input[str],
         talosconfig: pulumi.Input[str],
         role: pulumi.Input[str],
+        instance: str | None = None,
+        pool: str | None = None,
+        hub_kubeconfig: pulumi.Input[str] | None = None,
+        wipe: str = "state",
         talos_port: pulumi.Input[int] = APID_PORT,
         apply_timeout: pulumi.Input[float] = WAIT_DEFAULTS.apply,
         reset_timeout: pulumi.Input[float] = WAIT_DEFAULTS.reset,
@@ -360,7 +438,11 @@ class ConfigApply(Resource):
         opts: pulumi.ResourceOptions | None = None,
     ):
         props = {
+            "instance": instance,  # the machine's hub Instance: its identity
+            "pool": pool,
             "address": address,
+            "hubKubeconfig": pulumi.Output.secret(hub_kubeconfig) if hub_kubeconfig is not None else None,
+            "wipe": wipe,
             "talosPort": talos_port,
             "config": pulumi.Output.secret(config),
             "talosconfig": pulumi.Output.secret(talosconfig),

@@ -1,8 +1,11 @@
-"""Instance: a machine registered in the hub inventory and probed in maintenance mode.
+"""Instance: a machine registered in the hub inventory and discovered in maintenance mode.
 
 check/diff are pure (no I/O), so `pulumi preview` contacts neither the hub nor a node.
-create/update register the hub object, then probe spec.interfaces in order; the first
-address whose Talos API answers wins. `pulumi refresh` (read) probes again.
+create registers the hub object, then probes spec.interfaces in order; the first address
+whose Talos API answers wins. Discovery is recorded once (seeds): an update only brings the
+hub object up to date and probes again only a machine that was never discovered, because a
+configured machine refuses maintenance-mode clients. `pulumi refresh` (read) reports what the
+hub recorded; it probes only a machine that is still undiscovered.
 """
 
 from __future__ import annotations
@@ -54,23 +57,32 @@ class InstanceProvider(ResourceProvider):
     def diff(self, _id, olds, news):
         return diff_inputs(olds, news, replace_on=REPLACE_ON, update_on=UPDATE_ON)
 
-    def _converge(self, props: dict) -> dict:
+    def _converge(self, props: dict, olds: dict | None = None) -> dict:
+        from kontinuum.hub.discovery import recorded
+
         inv = _inventory(props["hubKubeconfig"])
-        inv.register(props["name"], props["interfaces"], props.get("labels") or {})
-        status = _probe(inv, props["name"], props, raise_if_unreachable=True)
+        obj = inv.register(props["name"], props["interfaces"], props.get("labels") or {})
+        status = recorded(obj)
+        if olds is None or not status["discovered"]:  # a new resource discovers afresh
+            status = _probe(inv, props["name"], props, raise_if_unreachable=True)
         return {**props, **status}
 
     def create(self, props):
         return CreateResult(id_=props["name"], outs=self._converge(props))
 
-    def update(self, _id, _olds, news):
-        return UpdateResult(outs=self._converge(news))
+    def update(self, _id, olds, news):
+        return UpdateResult(outs=self._converge(news, olds))
 
     def read(self, id_, props):
+        from kontinuum.hub.discovery import recorded
+
         inv = _inventory(props["hubKubeconfig"])
-        if inv.get(id_) is None:
+        obj = inv.get(id_)
+        if obj is None:
             return ReadResult(id_=None, outs={})  # gone from the hub: Pulumi drops it from state
-        status = _probe(inv, id_, props, raise_if_unreachable=False)
+        status = recorded(obj)
+        if not status["discovered"]:
+            status = _probe(inv, id_, props, raise_if_unreachable=False)
         return ReadResult(id_=id_, outs={**props, **status})
 
     def delete(self, id_, props):
@@ -79,7 +91,8 @@ class InstanceProvider(ResourceProvider):
 
 
 class Instance(Resource):
-    """A machine in the hub inventory. Outputs: discovered, address, talosVersion, links."""
+    """A machine in the hub inventory. Outputs: discovered, address, talosVersion, fingerprint
+    (of its maintenance certificate; a maintenance apply requires it), links."""
 
     discovered: pulumi.Output[bool]
     address: pulumi.Output[str]
@@ -109,6 +122,7 @@ class Instance(Resource):
             "discovered": None,
             "address": None,
             "talosVersion": None,
+            "fingerprint": None,
             "links": None,
         }
         super().__init__(InstanceProvider(), resource_name, props, with_secret_outputs(opts, "hubKubeconfig"))

@@ -1,7 +1,10 @@
-"""InstancePool: compare-and-swap claims of Instances matching a selector.
+"""InstancePool: compare-and-swap claims of Instances on the hub.
 
-create/update claim up to `replicas` (sticky; members keep their slot, a scale-down
-releases the last slots), delete releases. check/diff are pure. A changed selector or pool name replaces the pool, deleting
+Two ways to say who the members are. With `machines` (name → interfaces, as a zone's
+TalosCluster uses it) the members are exactly those Instances: membership by identity, known
+to the program and so to a preview. Without, the pool claims any `replicas` Instances
+matching the selector (sticky; a scale-down releases the most recently claimed). delete
+releases. check/diff are pure. A changed selector or pool name replaces the pool, deleting
 (releasing) first: the claim label is the pool's identity, so both must never coexist.
 """
 
@@ -13,7 +16,7 @@ from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, Resource, Re
 from providers.common import diff_inputs, with_secret_outputs
 
 REPLACE_ON = ("pool", "selector")
-UPDATE_ON = ("replicas", "waitSeconds", "hubKubeconfig")
+UPDATE_ON = ("replicas", "machines", "waitSeconds", "hubKubeconfig")
 
 
 def _inventory(hub_kubeconfig: str):
@@ -36,20 +39,39 @@ def check_pool(news: dict) -> list[CheckFailure]:
         failures.append(CheckFailure("replicas", f"must be a whole number >= 0, got {replicas!r}"))
     if not news.get("hubKubeconfig"):
         failures.append(CheckFailure("hubKubeconfig", "required: the hub's kubeconfig (secret)"))
+    machines = news.get("machines")
+    if machines is not None and (not isinstance(machines, dict) or len(machines) != replicas):
+        failures.append(CheckFailure("machines", "must map each of `replicas` member names to its interfaces"))
     return failures
 
 
+def check_keeps_a_member(olds: dict, news: dict) -> list[CheckFailure]:
+    """A control-plane pool may not swap all its members in one step: the last one holds etcd,
+    and a zone whose etcd leaves with it is lost. Pure: compares the old and new member names."""
+    before, after = set(olds.get("machines") or {}), set(news.get("machines") or {})
+    if not news.get("keepOneMember") or not before or not after or before & after:
+        return []
+    return [CheckFailure("machines", (
+        f"pool {news.get('pool')}: every member would change at once ({', '.join(sorted(before))} leave, "
+        f"{', '.join(sorted(after))} join), and the last one to leave takes the cluster's etcd with it. Add the new "
+        "machine first (list it and raise replicas, or keep one old member), run `pulumi up`, then remove the old one."))]
+
+
 class InstancePoolProvider(ResourceProvider):
-    def check(self, _olds, news):
-        return CheckResult(news, check_pool(news))
+    def check(self, olds, news):
+        return CheckResult(news, check_pool(news) + check_keeps_a_member(olds or {}, news))
 
     def diff(self, _id, olds, news):
         return diff_inputs(olds, news, replace_on=REPLACE_ON, update_on=UPDATE_ON)
 
     def _claim(self, props: dict, previous: list[dict] | None = None) -> dict:
         inv = _inventory(props["hubKubeconfig"])
-        state = inv.claim(props["pool"], props["selector"], int(props["replicas"]),
-                          wait=float(props.get("waitSeconds") or 0), order=[m["name"] for m in previous or []])
+        wait = float(props.get("waitSeconds") or 0)
+        if props.get("machines") is not None:
+            state = inv.claim_named(props["pool"], props["machines"], props["selector"], wait=wait)
+        else:
+            state = inv.claim(props["pool"], props["selector"], int(props["replicas"]), wait=wait,
+                              order=[m["name"] for m in previous or []])
         members = [{"name": m.name, "address": m.address, "discovered": m.discovered} for m in state.members]
         return {**props, "members": members, "readyReplicas": state.ready_replicas, "released": state.released}
 
@@ -79,12 +101,18 @@ class InstancePool(Resource):
         replicas: pulumi.Input[int],
         hub_kubeconfig: pulumi.Input[str],
         wait_seconds: float = 0.0,
+        machines: dict[str, list[str]] | None = None,
+        keep_one_member: bool = False,
         opts: pulumi.ResourceOptions | None = None,
     ):
+        """machines: the members by name (→ interfaces), instead of any `replicas` matching the
+        selector. keep_one_member: refuse (at check, so in preview) to replace every member at once."""
         props = {
             "pool": pool,
             "selector": selector,
-            "replicas": replicas,
+            "replicas": len(machines) if machines is not None else replicas,
+            "machines": machines,
+            "keepOneMember": keep_one_member,
             "hubKubeconfig": pulumi.Output.secret(hub_kubeconfig),
             "waitSeconds": wait_seconds,
             "members": None,

@@ -12,7 +12,7 @@ import datetime as dt
 from kontinuum.errors import KontinuumError
 from kontinuum.hub.inventory import Inventory
 from kontinuum.talos.client import Deadlines, Discovery, discover
-from kontinuum.talos.errors import TalosError
+from kontinuum.talos.errors import NotInMaintenanceError, TalosError
 
 
 class DiscoveryFailed(KontinuumError):
@@ -34,28 +34,58 @@ def _found_status(found: Discovery) -> dict:
         "discovered": True,
         "address": found.address,
         "talosVersion": found.talos_version,
+        "fingerprint": found.fingerprint,
         "interfaces": interfaces,
         "conditions": [_condition(True, "Probed", f"Talos {found.talos_version} answered on {found.address}")],
     }
 
 
-def probe(interfaces: list[str], *, port: int = 50000, timeout: float = 10.0) -> tuple[Discovery | None, list[str]]:
-    """First address that answers, else None and one error line per address (each bounded)."""
-    errors = []
+def record_found(inv: Inventory, name: str, found: Discovery) -> None:
+    """Record a machine seen in maintenance mode (after discovery, or after our own reset
+    brought it back): its address and the certificate a later apply must see again."""
+    inv.set_status(name, _found_status(found))
+
+
+def recorded(obj: dict | None) -> dict:
+    """The output properties of what the hub recorded for an Instance (no probe)."""
+    status = (obj or {}).get("status") or {}
+    return {
+        "discovered": bool(status.get("discovered")),
+        "address": status.get("address"),
+        "talosVersion": status.get("talosVersion"),
+        "fingerprint": status.get("fingerprint"),
+        "links": [i["name"] for i in status.get("interfaces") or []],
+    }
+
+
+def probe(interfaces: list[str], *, port: int = 50000, timeout: float = 10.0
+          ) -> tuple[Discovery | None, list[str], str | None]:
+    """First address that answers in maintenance mode, else None and one error line per
+    address (each bounded); the third item is the first address whose machine answered but
+    has left maintenance mode (it runs a config)."""
+    errors, configured = [], None
     for address in interfaces:
         try:
-            return discover(address, port=port, deadlines=Deadlines(discover=timeout)), errors
+            return discover(address, port=port, deadlines=Deadlines(discover=timeout)), errors, None
+        except NotInMaintenanceError as e:
+            configured = configured or address
+            errors.append(f"{address}: {e.problem}")
         except TalosError as e:
             errors.append(f"{address}: {e.problem}")
-    return None, errors
+    return None, errors, configured
 
 
 def probe_and_record(inv: Inventory, name: str, interfaces: list[str], *, port: int = 50000,
                      timeout: float = 10.0, raise_if_unreachable: bool = True) -> dict:
     """Probe, write the result to the Instance's status, and return the output properties."""
-    found, errors = probe(interfaces, port=port, timeout=timeout)
+    found, errors, configured = probe(interfaces, port=port, timeout=timeout)
     if found is not None:
         status = _found_status(found)
+    elif configured is not None:
+        # A member that runs its config (re-registered after an out-of-band delete, or read by
+        # refresh): it answered, so it is discovered; its cluster's mTLS decides the rest.
+        status = {"discovered": True, "address": configured, "conditions": [_condition(
+            True, "Configured", f"the machine answers on {configured} and has left maintenance mode")]}
     else:
         status = {"discovered": False,
                   "conditions": [_condition(False, "Unreachable", "; ".join(errors))]}
@@ -66,9 +96,4 @@ def probe_and_record(inv: Inventory, name: str, interfaces: list[str], *, port: 
             f"({'; '.join(errors)}). Check that the machine is booted into Talos maintenance mode and "
             "port 50000 is reachable, or fix spec.interfaces; the next `pulumi up` probes again."
         )
-    return {
-        "discovered": status["discovered"],
-        "address": status.get("address"),
-        "talosVersion": status.get("talosVersion"),
-        "links": [i["name"] for i in status.get("interfaces", [])],
-    }
+    return recorded({"status": status})

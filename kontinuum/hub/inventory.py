@@ -44,6 +44,18 @@ class InsufficientCapacity(KontinuumError):
         )
 
 
+class MembersUnavailable(KontinuumError):
+    """Named members of a pool could not be claimed."""
+
+    def __init__(self, pool: str, problems: dict[str, str]):
+        self.pool, self.problems = pool, problems
+        listed = "; ".join(f"{n}: {p}" for n, p in problems.items())
+        super().__init__(
+            f"pool {pool}: cannot hold its member(s) ({listed}). A machine held by another pool is in use "
+            "there: take it out of that pool's config (or release it) first, then run `pulumi up` again."
+        )
+
+
 @dataclass(frozen=True)
 class Member:
     name: str
@@ -224,6 +236,41 @@ class Inventory:
             for obj in free[: replicas - len(mine)]:
                 self._set_claim(obj, pool)
         raise HubError(f"hub: pool {pool}: claims kept conflicting for {MAX_ROUNDS} rounds; retry")
+
+    def claim_named(self, pool: str, machines: dict[str, list[str]], labels: dict[str, str], *,
+                    wait: float = 0.0, interval: float = 2.0) -> PoolState:
+        """Hold exactly the Instances named in `machines` (name → interfaces) for `pool`:
+        membership by identity, the stack config names the members. Any other Instance the
+        pool holds is released; a named one deleted out of band is registered again (with
+        `labels`), so a running member keeps its place. Waits up to `wait` seconds for a
+        member held elsewhere, then raises MembersUnavailable naming each one and its holder."""
+        names = list(machines)
+        deadline = time.monotonic() + wait
+        while True:
+            for name in names:
+                if self.get(name) is None:
+                    self.register(name, machines[name], labels)
+            released = [o["metadata"]["name"] for o in self.list({LABEL_CLAIMED_BY: pool})
+                        if o["metadata"]["name"] not in names and self._set_claim(o, None)]
+            held, problems = [], {}
+            for name in names:
+                obj = self.get(name)
+                holder = _labels(obj).get(LABEL_CLAIMED_BY) if obj else None
+                if obj is None:
+                    problems[name] = "deleted while claiming it"
+                elif holder in (None, "", pool):
+                    if holder == pool or self._set_claim(obj, pool):
+                        held.append(name)
+                    else:
+                        problems[name] = "changed while claiming it"
+                else:
+                    problems[name] = f"held by pool {holder}"
+            if not problems:
+                members = {m.name: m for m in self.members(pool)}
+                return PoolState([members[n] for n in names if n in members], released)
+            if time.monotonic() >= deadline:
+                raise MembersUnavailable(pool, problems)
+            time.sleep(interval)
 
     def release(self, pool: str, selector: dict[str, str] | None = None) -> list[str]:
         """Drop every claim `pool` holds; returns the released names."""

@@ -115,9 +115,22 @@ class TalosApiError(TalosError):
     """Any other gRPC failure; `status` holds the code."""
 
 
+class FingerprintMismatchError(TlsTrustError):
+    """A node in maintenance mode presented another certificate than the pinned one (the one
+    discovery recorded): `pinned` and `seen` are SPKI SHA-256 fingerprints."""
+
+    def __init__(self, node: str, operation: str, problem: str, *, pinned: str, seen: str) -> None:
+        super().__init__(node, operation, problem)
+        self.pinned, self.seen = pinned, seen
+
+
 class CertificatePinMismatch(Exception):
     """Raised by the transport when a node's certificate differs from the pinned one;
-    `classify` turns it into a TlsTrustError naming the operation."""
+    `classify` turns it into a FingerprintMismatchError naming the operation."""
+
+    def __init__(self, message: str, *, pinned: str | None = None, seen: str | None = None) -> None:
+        super().__init__(message)
+        self.pinned, self.seen = pinned, seen
 
 
 _BY_STATUS: dict[Status, type[TalosError]] = {
@@ -158,6 +171,8 @@ def classify(exc: BaseException, *, node: str, operation: str, timeout: float, m
     if isinstance(exc, TalosError):
         return exc
     if isinstance(exc, CertificatePinMismatch):
+        if exc.pinned and exc.seen:
+            return FingerprintMismatchError(node, operation, str(exc), pinned=exc.pinned, seen=exc.seen)
         return TlsTrustError(node, operation, str(exc))
     if isinstance(exc, GRPCError):
         return from_status(node, operation, exc.status, exc.message or "")

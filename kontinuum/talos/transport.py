@@ -142,6 +142,7 @@ class MaintenanceTransport:
             raise CertificatePinMismatch(
                 f"certificate changed since first contact (pinned SPKI sha256 {pinned}, now {seen}); "
                 "the machine may have rebooted into a new maintenance identity or another machine answers here",
+                pinned=pinned, seen=seen,
             )
 
     @contextlib.asynccontextmanager

@@ -216,7 +216,10 @@ class NodeApi:
                 "reset failed: invalid input, wipe mode USER_DISKS doesn't support SystemPartitionsToWipe parameter",
             )
         partitions = {p.label for p in request.system_partitions_to_wipe if p.wipe}
-        wipes_config = request.mode != machine_pb2.ResetRequest.USER_DISKS and (not partitions or "STATE" in partitions)
+        wipes_disk = request.mode != machine_pb2.ResetRequest.USER_DISKS and not partitions
+        wipes_config = wipes_disk or "STATE" in partitions
+        # A wiped system disk has nothing to boot: the machine is back only if it boots from the network.
+        power_off = not request.reboot or (wipes_disk and not node.faults.netboot)
         if request.graceful and config.is_control_plane:
             node.registry.leave(config.cluster_key, node.address)
 
@@ -225,7 +228,7 @@ class NodeApi:
             node.registry.forget_if_empty(config.cluster_key)
 
         call.after_reply.append(
-            lambda: node.schedule_reboot(forget if wipes_config else None, power_off=not request.reboot)
+            lambda: node.schedule_reboot(forget if wipes_config else None, power_off=power_off)
         )
         return machine_pb2.ResetResponse(messages=[machine_pb2.Reset(actor_id=str(uuid.uuid4()))])
 

@@ -2,7 +2,7 @@
 
 On http://<node address>:<control port>/ (loopback only, like the node):
     GET  /state          mode, version, cluster, fingerprint, fault knobs, call counters (JSON)
-    POST /faults         JSON with any of latency, hang, refuse, reboot_delay and
+    POST /faults         JSON with any of latency, hang, refuse, reboot_delay, netboot and
                          fail_next: {"count": N, "status": "UNAVAILABLE", "message": "..."}
     POST /calls/reset    zero the call counters
     POST /reboot         power-cycle;  POST /power-on  boot a node that a reset powered off
@@ -21,7 +21,7 @@ from grpclib.const import Status
 from lab.talos_node.node import EmulatedNode
 
 CONTROL_PORT = 50080
-_KNOBS = {"latency": float, "hang": bool, "refuse": bool, "reboot_delay": float}
+_KNOBS = {"latency": float, "hang": bool, "refuse": bool, "reboot_delay": float, "netboot": bool}
 
 
 def state(node: EmulatedNode) -> dict:

@@ -58,6 +58,9 @@ class Faults:
     fail_next: int = 0  # the next N calls fail with fail_status
     fail_status: Status = Status.UNAVAILABLE
     fail_message: str = "injected failure"
+    # Boots from the network when its disk holds no OS: after a whole-disk reset it comes back in
+    # maintenance mode only then; otherwise it stays off the network, as real hardware would.
+    netboot: bool = False
 
 
 class _Server(Server):

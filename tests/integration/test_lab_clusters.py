@@ -175,11 +175,11 @@ def test_three_node_cluster_shares_one_control_plane_and_reset_stops_it(tools, b
             assert not listening(other, 6443)
         api.close()
 
-        first.reset(graceful=True, reboot=True)  # the node hosting the control plane leaves
+        first.reset(graceful=True, reboot=True, system_partitions=("STATE", "EPHEMERAL"))  # the node hosting the control plane leaves
         wait_until("the control plane to stop", lambda: not mgr.runners and not any(pid_alive(p) for p in pids.values()), 60)
         assert not listening(addresses[0], 6443)
         for a in addresses[1:]:
-            talos(bundle, a).reset(graceful=False, reboot=True)
+            talos(bundle, a).reset(graceful=False, reboot=True, system_partitions=("STATE", "EPHEMERAL"))
         for a in addresses:
             lab.node(a).wait_for("maintenance", 10)
         time.sleep(1.0)

@@ -43,6 +43,7 @@ from lab.talos_node import EmulatedNode, Lab
 ROOT = Path(__file__).resolve().parents[2]
 REBOOT = 0.1  # emulated reboot delay: long enough to be observable, short enough to be cheap
 UP = 10.0  # bound for a node to come back from a reboot
+STATE_WIPE = ("STATE", "EPHEMERAL")  # Talos's documented way back to maintenance mode
 
 
 @pytest.fixture(scope="module")
@@ -241,7 +242,7 @@ def test_configured_node_lifecycle(lab, cp):
         admin.upgrade("ghcr.io/siderolabs/installer")
 
     key = node.cluster_key
-    assert admin.reset(graceful=True, reboot=True)
+    assert admin.reset(graceful=True, reboot=True, system_partitions=STATE_WIPE)
     node.wait_for("maintenance", UP)
     assert discover(node.address).talos_version == "v1.13.2"
     assert not lab.clusters.state(key).bootstrapped  # the only node left: the cluster is gone
@@ -277,7 +278,7 @@ def test_control_planes_share_etcd_and_route_through_an_endpoint(lab, bundle):
         cluster.client(cp1.address).health_check([cp1.address, cp2.address], wait_timeout=0.6)
     assert "last progress: waiting for etcd members to be control plane nodes" in str(err.value)
 
-    cluster.client(cp2.address).reset(graceful=False)  # a non-graceful reset leaves its member behind
+    cluster.client(cp2.address).reset(graceful=False, system_partitions=STATE_WIPE)  # leaves its member behind
     cp2.wait_for("maintenance", UP)
     configure(cp2, cluster.config())  # rejoins the bootstrapped etcd on boot
     stale = {m.hostname: m.id for m in cluster.client(cp1.address).etcd_members()}[cp2.hostname]
@@ -302,6 +303,29 @@ def test_health_probe_hook_gates_the_health_check(lab, cp):
         [node.address], wait_timeout=5, on_progress=lambda m: ready.set() if m.endswith("not yet") else None
     )
     assert seen[-2:] == [f"waiting for kube-apiserver to be ready: {node.address}: not yet", "waiting for kube-apiserver to be ready: OK"]
+
+
+def test_whole_disk_reset_comes_back_only_by_netboot(lab, cp):
+    """A wiped system disk has nothing to boot: like real hardware, the machine stays off the
+    network unless it boots from the network, which brings it back in maintenance mode."""
+    node, cluster = cp
+    cluster.client(node.address).reset(graceful=False)  # no partitions named: the whole disk
+    node.wait_for("off", UP)
+    with pytest.raises(NodeUnreachableError):
+        discover(node.address)
+    node.set_faults(netboot=True)
+    node.power_on()
+    node.wait_for("maintenance", UP)
+    configure(node, cluster.config())
+    cluster.client(node.address).reset(graceful=False)
+    node.wait_for("maintenance", UP)  # netboot: back in maintenance after the whole-disk wipe
+
+
+def test_ephemeral_only_reset_keeps_the_config(lab, cp):
+    node, cluster = cp
+    cluster.client(node.address).reset(graceful=False, system_partitions=("EPHEMERAL",))
+    node.wait_for("configured", UP, after_boot=node.boots)
+    assert node.config is not None
 
 
 def test_reset_without_reboot_powers_off(lab, cp):
@@ -415,7 +439,7 @@ def test_fault_knobs(lab, cp):
     assert node.calls == {"Version": 1, "ServiceList": 1}
 
     node.set_faults(reboot_delay=1.0)
-    admin.reset()
+    admin.reset(system_partitions=STATE_WIPE)
     node.wait_for("rebooting", UP)  # down for reboot_delay, then back in maintenance
     with pytest.raises(NodeUnreachableError):
         admin.version()

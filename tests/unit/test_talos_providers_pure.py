@@ -59,7 +59,8 @@ def _config(bundle, pool: str = mc.CONTROLPLANE, **spec) -> str:
 
 @pytest.fixture(scope="module")
 def apply_news(bundle, tc) -> dict:
-    return {"address": ADDRESS, "role": "controlplane", "config": _config(bundle), "talosconfig": tc}
+    return {"instance": "e2e-a-0123abcd", "pool": "controlplane", "address": ADDRESS, "role": "controlplane",
+            "config": _config(bundle), "talosconfig": tc}
 
 
 def _recorded(news: dict) -> dict:
@@ -114,11 +115,13 @@ def test_config_apply_check_lets_unknowns_through(apply_news):
         ({}, None),
         ({"applyTimeout": 5.0}, []),
         ({"skipUnreachable": True}, []),
-        ({"address": "127.0.31.2"}, ["address"]),
+        ({"address": "127.0.31.2"}, []),  # the same machine (Instance) answering elsewhere
+        ({"instance": "e2e-a-4567cdef"}, ["instance"]),  # another machine
         ({"role": "worker"}, ["role"]),
         ({"config": "changed"}, []),
         ({"config": UNKNOWN}, []),
-        ({"address": UNKNOWN}, ["address"]),
+        ({"address": UNKNOWN}, []),
+        ({"wipe": "disk"}, []),
     ],
 )
 def test_config_apply_diff(apply_news, change, replaces):
@@ -129,6 +132,32 @@ def test_config_apply_diff(apply_news, change, replaces):
         assert not diff.changes and diff.replaces == []
     else:
         assert diff.changes and diff.replaces == replaces and diff.delete_before_replace
+
+
+def test_config_apply_recorded_before_identities_is_the_same_machine(apply_news):
+    """State written before ConfigApply had an `instance` (per-slot resources) migrates to the
+    per-machine resource without a replace when the address matches, and only then."""
+    legacy = {k: v for k, v in _recorded(apply_news).items() if k not in ("instance", "pool")}
+    news = ConfigApplyProvider().check({}, apply_news).inputs
+    diff = ConfigApplyProvider().diff(ADDRESS, legacy, news)
+    assert diff.replaces == []
+    moved = ConfigApplyProvider().diff(ADDRESS, {**legacy, "address": "127.0.31.9"}, news)
+    assert moved.replaces == ["instance"]
+
+
+@pytest.mark.parametrize("prop, value", [("pool", "web"), ("role", "worker")])
+def test_config_apply_refuses_moving_a_machine_that_holds_data(apply_news, prop, value):
+    olds = ConfigApplyProvider().check({}, apply_news).inputs
+    failures = ConfigApplyProvider().check(olds, {**apply_news, prop: value}).failures
+    assert [f.property for f in failures][:1] == [prop]
+    assert "cannot move" in failures[0].reason and "Remove it from the zone first" in failures[0].reason
+    assert not ConfigApplyProvider().check(olds, {**apply_news, prop: UNKNOWN}).failures
+
+
+def test_config_apply_wipe_is_checked(apply_news):
+    assert ConfigApplyProvider().check({}, apply_news).inputs["wipe"] == "state"
+    failures = ConfigApplyProvider().check({}, {**apply_news, "wipe": "everything"}).failures
+    assert [f.property for f in failures] == ["wipe"]
 
 
 def test_config_apply_update_of_settings_only_contacts_nothing(apply_news):
@@ -225,7 +254,7 @@ def test_resources_mark_secrets_and_pickle_stateless_providers(monkeypatch, tc, 
     secret = {name: set(opts.additional_secret_outputs) for name, (_, _, opts) in seen.items()}
     assert secret == {
         "s": {"secretsYaml", "talosconfig", "importYaml"},
-        "c": {"config", "talosconfig"},
+        "c": {"config", "talosconfig", "hubKubeconfig"},
         "b": {"talosconfig"},
         "k": {"kubeconfig", "talosconfig"},
         "h": {"talosconfig"},
