@@ -4,7 +4,7 @@ In dependency order: namespace kontinuum-system → kontinuum-env Secret + Confi
 identity TLS Secret (plus, on the hub, the Secret holding only the identity's public
 certificate) → Deployment → Service → ClusterIssuer (ACME HTTP-01 through the Gateway API) →
 Gateway (HTTP :80 for the challenge, HTTPS :443 for <zone>.<region>.<domain>) → Certificate →
-CertificateReady (the Installed gate) → HTTPRoute.
+HTTPRoute → CertificateReady (the Installed gate).
 
 Every manifest comes from a pure builder below returning a plain Kubernetes object (camelCase,
 as the API server takes it), so tests can assert or apply them without Pulumi; the component
@@ -51,7 +51,6 @@ ENV_DNS_DOMAIN = "KONTINUUM_SERVER_DNS_DOMAIN"
 ENV_ALLOW_ANONYMOUS = "KONTINUUM_INSECURE_ALLOW_ANONYMOUS"
 ENV_OIDC_ISSUER_URL = "KONTINUUM_OIDC_ISSUER_URL"
 ENV_OIDC_CLIENT_ID = "KONTINUUM_OIDC_CLIENT_ID"
-ENV_OIDC_CLIENT_SECRET = "KONTINUUM_OIDC_CLIENT_SECRET"
 
 APP_LABEL = "app.kubernetes.io/name"
 APP = "kontinuum-server"
@@ -117,9 +116,6 @@ def env_config(region: str, zone: str, hub: config.Hub) -> tuple[dict[str, str],
             raise ValueError("hub.auth.oidc: issuerUrl and clientId are both required")
         cm[ENV_OIDC_ISSUER_URL] = hub.auth.oidc_issuer_url
         cm[ENV_OIDC_CLIENT_ID] = hub.auth.oidc_client_id
-        client_secret = getattr(hub.auth, "oidc_client_secret", None)
-        if client_secret:
-            secret[ENV_OIDC_CLIENT_SECRET] = client_secret
     else:
         raise ValueError(f"hub.auth.mode must be anonymous or oidc, got {hub.auth.mode!r}")
     return secret, cm
@@ -336,12 +332,14 @@ class DownstreamFootprint(pulumi.ComponentResource):
         issuer = custom("cluster-issuer", cluster_issuer_manifest(region, z, hub), service, *_as_list(depends_on))
         gateway = custom("gateway", gateway_manifest(region, z, hub), issuer)
         certificate = custom("certificate", certificate_manifest(region, z, hub), gateway)
+        # The route exists before the readiness wait (seeds): the server is reachable over HTTPS
+        # as soon as the certificate is issued, and nothing waits on a route created after it.
+        route = custom("httproute", httproute_manifest(region, z, hub), gateway)
         ready = CertificateReady(
             f"{name}-certificate-ready", kubeconfig=zone_kubeconfig, namespace=NAMESPACE, name=CERTIFICATE,
             timeout=float(zone.timeouts["certificate"]), gateway=f"{NAMESPACE}/{GATEWAY}",
             trigger=certificate.metadata.apply(certificate_trigger),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[certificate]))
-        route = custom("httproute", httproute_manifest(region, z, hub), ready)
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[certificate, route]))
 
         self.host = pulumi.Output.from_input(zone_host(region, z, hub))
         self.url = pulumi.Output.from_input(zone_url(region, z, hub))

@@ -15,6 +15,7 @@ and puts what it finds into the message.
 from __future__ import annotations
 
 import datetime as dt
+import email.utils
 import time
 from dataclasses import dataclass
 
@@ -57,6 +58,14 @@ def parse_heartbeat(value) -> dt.datetime | None:
     return None if t.year <= _ZERO_YEAR else t
 
 
+def written_at(obj: dict) -> dt.datetime | None:
+    """When the hub last took a status write (a heartbeat) of this object, by the hub's own
+    clock (managedFields): compared with the hub's time, never with the zone server's clock."""
+    times = [parse_heartbeat(f.get("time")) for f in (obj.get("metadata") or {}).get("managedFields") or []
+             if f.get("subresource") == "status"]
+    return max((t for t in times if t is not None), default=None)
+
+
 def _matches(obj: dict, region: str, zone: str) -> bool:
     spec = obj.get("spec") or {}
     return spec.get("region") == region and spec.get("zone") == zone
@@ -92,7 +101,7 @@ def find_joined(items: list[dict], region: str, zone: str, *, now: dt.datetime |
         if age > max_age:
             return None, (f"Kontinuum {name} last heartbeated at {stamp}, {age:.0f} s ago "
                           f"(more than {max_age:g} s: stale)")
-    if newer_than is not None and beat < newer_than[0].replace(microsecond=0):
+    if newer_than is not None and (written_at(obj) or beat) < newer_than[0].replace(microsecond=0):
         since = newer_than[0].strftime("%Y-%m-%dT%H:%M:%SZ")
         return None, (f"Kontinuum {name} last heartbeated at {stamp}, too old: waiting for one at or after "
                       f"{since} ({newer_than[1]}; a zone clock far behind would also show this)")
@@ -156,9 +165,18 @@ class Registry:
         return cls(client.CustomObjectsApi(api_client(kubeconfig)), timeout)
 
     def list(self) -> list[dict]:
-        out = self.api.list_cluster_custom_object(hub.GROUP, hub.VERSION, hub.KONTINUUM_PLURAL,
-                                                  _request_timeout=self.timeout)
-        return out.get("items") or []
+        return self.list_at()[0]
+
+    def list_at(self) -> tuple[list[dict], dt.datetime]:
+        """The Kontinuum objects and the hub's time of the answer (its Date header; this
+        machine's clock only when the hub sends none)."""
+        out, _status, headers = self.api.list_cluster_custom_object_with_http_info(
+            hub.GROUP, hub.VERSION, hub.KONTINUUM_PLURAL, _request_timeout=self.timeout)
+        try:
+            now = email.utils.parsedate_to_datetime(headers["Date"])
+        except (KeyError, TypeError, ValueError):
+            now = dt.datetime.now(dt.timezone.utc)
+        return out.get("items") or [], now
 
     def close(self) -> None:
         self.api.api_client.close()
@@ -236,8 +254,10 @@ def wait_joined(hub_kubeconfig: str, region: str, zone: str, *, timeout: float, 
     """
     registry = Registry.from_kubeconfig(hub_kubeconfig)
     deadline = time.monotonic() + timeout
-    since = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=FRESH_GRACE),
-             f"{FRESH_GRACE:g} s before this wait began") if fresh or after_rollout else None
+    # Moments are taken by the hub's clock (its answers' Date) and compared with the hub's record
+    # of each heartbeat write, so neither this machine's clock nor the zone's matters.
+    want = ("fresh", f"{FRESH_GRACE:g} s before this wait began") if fresh or after_rollout else None
+    since = None
     rolled_out = not (after_rollout and zone_kubeconfig)
     last, hub_unreadable = "no observation yet", False
     try:
@@ -245,10 +265,14 @@ def wait_joined(hub_kubeconfig: str, region: str, zone: str, *, timeout: float, 
             if not rolled_out:
                 rolled_out, last = rollout_observation(zone_kubeconfig)
                 if rolled_out:
-                    since = (dt.datetime.now(dt.timezone.utc), "when the server's rollout completed")
+                    want, since = ("rollout", "when the server's rollout completed"), None
             if rolled_out:
                 try:
-                    joined, last = find_joined(registry.list(), region, zone, max_age=max_age, newer_than=since)
+                    items, hub_now = registry.list_at()
+                    if want is not None and since is None:
+                        grace = FRESH_GRACE if want[0] == "fresh" else 0.0
+                        since = (hub_now - dt.timedelta(seconds=grace), want[1])
+                    joined, last = find_joined(items, region, zone, max_age=max_age, newer_than=since)
                     hub_unreadable = False
                     if joined is not None:
                         return joined

@@ -72,6 +72,21 @@ def test_find_joined_max_age_rejects_a_stale_heartbeat():
     assert joined is None and "600 s ago" in seen and "stale" in seen
 
 
+def test_find_joined_newer_than_reads_the_hubs_clock_not_the_zones():
+    """A zone server whose clock runs an hour behind still joins: what counts is when the hub
+    took its heartbeat (managedFields, the hub's clock), compared with the hub's time."""
+    hub_now = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
+    obj = _kontinuum("eu-eu-1a", "eu", "eu-1a", "2026-01-01T11:00:05Z")  # the zone's clock
+    obj["metadata"]["managedFields"] = [
+        {"manager": "kontinuum-server", "operation": "Update", "subresource": "status", "time": "2026-01-01T12:00:05Z"},
+        {"manager": "kubectl", "operation": "Update", "time": "2026-01-01T13:00:00Z"},  # spec: not a heartbeat
+    ]
+    assert find_joined([obj], "eu", "eu-1a", newer_than=(hub_now, "when the wait began"))[0] is not None
+    obj["metadata"]["managedFields"][0]["time"] = "2026-01-01T11:59:00Z"  # taken before the wait
+    joined, seen = find_joined([obj], "eu", "eu-1a", newer_than=(hub_now, "when the wait began"))
+    assert joined is None and "too old" in seen
+
+
 def test_provider_check_and_diff_are_pure():
     p = RegistryJoinProvider()
     good = {"hubKubeconfig": "x", "region": "eu", "zone": "eu-1a", "timeout": 5}
