@@ -10,21 +10,34 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
-from kontinuum.errors import ConfigError
-from kontinuum_components.config import parse
-from kontinuum_components.zone import Zone, validate_zone
-
-KEYS = ("region", "hub", "zones", "defaults")
+from kontinuum_components import validation
+from kontinuum_components.zone import Zone
 
 cfg = pulumi.Config("kontinuum")
-raw = {k: cfg.get_object(k) if k != "region" else cfg.get(k) for k in KEYS}
-try:
-    stack = parse({k: v for k, v in raw.items() if v is not None})
-    for i, z in enumerate(stack.zones):
-        validate_zone(stack.region, z, f"zones[{i}].")
-except ConfigError as e:
+
+
+def _engine_config() -> tuple[dict, frozenset[str]]:
+    """Every `kontinuum:*` key the engine passed (a typo'd key too), and which are secrets."""
+    from pulumi.runtime import config as runtime_config
+
+    values = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
+    secret = {k.partition(":")[2] for k in values if runtime_config.is_config_secret(k)}
+    secret |= {k.partition(":")[2] for k in runtime_config.get_config_secret_keys_env()}
+    return validation.from_engine(values), frozenset(secret)
+
+
+# The whole contract, and every pool's rendered machine config judged by us and by Talos's
+# own validator, before a single resource is registered (a preview shows it too).
+raw, secret_keys = _engine_config()
+checked = validation.validate(raw, secret_keys=secret_keys)
+for note in checked.notes:
+    pulumi.log.warn(note)
+if checked.errors:
     # Config problems are the operator's to fix: one clean message per path, no traceback.
-    raise pulumi.RunError(f"invalid stack config (kontinuum:…):\n{e}") from None
+    raise pulumi.RunError(f"invalid stack config (kontinuum:…):\n{checked.message()}")
+stack = checked.stack
+assert stack is not None
+
 
 def hub_kubeconfig() -> pulumi.Output[str]:
     """The hub kubeconfig: a secret value (real regions) or a file the lab writes."""

@@ -107,6 +107,8 @@ class StackConfig:
     region: str
     hub: Hub
     zones: tuple[Zone, ...]
+    zone_index: tuple[int, ...] = ()  # each zone's position in `zones` of the stack config (error paths)
+    allow_empty_region: bool = False
 
 
 def _merge(base: Any, over: Any) -> Any:
@@ -261,7 +263,7 @@ def problems(raw: dict, *, secret_keys: frozenset[str] | None = None) -> tuple[S
     if not isinstance(raw_zones, list):
         schema.check(fields["zones"], raw_zones, "zones", errs)
         raw_zones = []
-    zones, seen, addresses = [], {}, {}
+    zones, index, seen, addresses = [], [], {}, {}
     for i, rz in enumerate(raw_zones):
         checked = schema.check(contract.ZONE, rz, f"zones[{i}]", errs)
         if checked is None:
@@ -279,6 +281,7 @@ def problems(raw: dict, *, secret_keys: frozenset[str] | None = None) -> tuple[S
                 else:
                     addresses[a] = f"zones[{i}].talosAddresses[{j}] (zone {z.zone})"
         zones.append(z)
+        index.append(i)
     hub = _hub(clean.get("hub"))
     if zones and hub is not None and hub.auth is None and "auth" not in (raw.get("hub") or {}):
         errs.add("hub.auth", "not configured: a zone's kontinuum-server refuses to start without the hub's auth "
@@ -287,7 +290,8 @@ def problems(raw: dict, *, secret_keys: frozenset[str] | None = None) -> tuple[S
         errs.add("hub.auth.oidc", "required with mode: oidc (issuerUrl, clientId)")
     if "region" not in clean or hub is None:
         return None, list(errs)
-    return StackConfig(clean["region"], hub, tuple(zones)), list(errs)
+    return StackConfig(clean["region"], hub, tuple(zones), tuple(index),
+                       clean.get("allowEmptyRegion", False)), list(errs)
 
 
 def parse(raw: dict, *, secret_keys: frozenset[str] | None = None) -> StackConfig:

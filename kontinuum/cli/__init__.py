@@ -1,0 +1,1 @@
+"""Subcommands of `python -m kontinuum`, one module each."""
