@@ -98,3 +98,21 @@ def test_kubernetes_plugin_launcher_without_the_pinned_plugin_says_what_to_do(en
                             timeout=30)
     assert result.returncode == 1
     assert "run `make tools` first" in result.stderr
+
+
+def test_the_program_dies_with_its_language_host(env, tmp_path):
+    """Our executor (tools/plugins/pulumi-language-python-exec) runs the upstream one named by
+    KONTINUUM_PYTHON_EXECUTOR after arming the guard: here a stand-in that prints and sleeps."""
+    upstream = tmp_path / "pulumi-language-python-exec"
+    upstream.write_text("import sys, time\nprint(' '.join(sys.argv[1:]), flush=True)\ntime.sleep(300)\n")
+    env = {**env, "KONTINUUM_PYTHON_EXECUTOR": str(upstream)}
+    host, program, args = start_engine([sys.executable, str(PLUGINS / "pulumi-language-python-exec"),
+                                        "--monitor", "127.0.0.1:1", "."], env)
+    try:
+        assert args == "--monitor 127.0.0.1:1 ."  # the upstream executor got the host's arguments
+        os.kill(host.pid, signal.SIGKILL)
+        host.wait(timeout=10)
+        assert gone_within(program, 5) is not None, "the program outlived its language host by 5 s"
+    finally:
+        if alive(program):
+            os.kill(program, signal.SIGKILL)
