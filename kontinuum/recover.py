@@ -148,7 +148,7 @@ def clear_stale_locks(stack: str, cwd: Path, log) -> None:
         project = yaml.safe_load((cwd / "Pulumi.yaml").read_text())["name"]
     except (OSError, KeyError, TypeError, yaml.YAMLError):
         return  # not a project folder: the engine will say so
-    locks = lock_files(os.environ.get("PULUMI_BACKEND_URL", ""), project, stack)
+    locks = lock_files(os.environ.get("PULUMI_BACKEND_URL", ""), project, stack.rsplit("/", 1)[-1])
     if not locks:
         return
     host = socket.gethostname()
@@ -233,8 +233,9 @@ def import_deployment(stack: str | None, cwd: Path, exported: dict) -> None:
 def recover(stack: str | None, cwd: Path, log=lambda m: print(m, file=sys.stderr)) -> int:
     """Settle what a killed run left in `stack`; returns the number of pending operations settled."""
     stack = stack or selected_stack(cwd)
-    if stack:
-        clear_stale_locks(stack, cwd, log)
+    if not stack:
+        return 0  # no stack selected: the engine says so itself
+    clear_stale_locks(stack, cwd, log)
     exported = export(stack, cwd)
     if exported is None:
         return 0
