@@ -11,6 +11,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from kontinuum_components import validation
+from kontinuum_components.clean_exit import fail_cleanly
 from kontinuum_components.zone import Zone
 
 cfg = pulumi.Config("kontinuum")
@@ -34,7 +35,7 @@ for note in checked.notes:
     pulumi.log.warn(note)
 if checked.errors:
     # Config problems are the operator's to fix: one clean message per path, no traceback.
-    raise pulumi.RunError(f"invalid stack config (kontinuum:…):\n{checked.message()}")
+    fail_cleanly(f"invalid stack config (kontinuum:…):\n{checked.message()}")
 stack = checked.stack
 assert stack is not None
 
@@ -51,8 +52,8 @@ def hub_kubeconfig() -> pulumi.Output[str]:
             # A preview contacts nothing, so a missing lab kubeconfig only costs accuracy.
             pulumi.log.warn(f"kontinuum:hubKubeconfigFile {path}: {e.strerror}; previewing without the hub")
             return pulumi.Output.secret(PLACEHOLDER_KUBECONFIG)
-        raise pulumi.RunError(f"kontinuum:hubKubeconfigFile: cannot read {path} ({e.strerror}); "
-                              "start the lab with `python -m lab up` or set kontinuum:hubKubeconfig") from None
+        fail_cleanly(f"kontinuum:hubKubeconfigFile: cannot read {path} ({e.strerror}); "
+                     "start the lab with `python -m lab up` or set kontinuum:hubKubeconfig")
 
 
 PLACEHOLDER_KUBECONFIG = (

@@ -58,7 +58,7 @@ def run_dynamic(args: list[str]) -> None:
 
     sys.path[0] = os.getcwd()  # -m puts the working directory first: pickled providers import from it
     sys.argv = ["pulumi.dynamic", *args]
-    runpy.run_module("pulumi.dynamic", run_name="__main__", alter_sys=True)
+    runpy.run_module("providers.host", run_name="__main__", alter_sys=True)  # pulumi.dynamic, our errors untraced
 
 
 def main(argv: list[str]) -> None:
