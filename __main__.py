@@ -13,6 +13,7 @@ import pulumi_kubernetes as k8s
 from kontinuum_components import validation
 from kontinuum_components.clean_exit import fail_cleanly
 from kontinuum_components.zone import Zone
+from providers.region_guard import RegionGuard
 
 cfg = pulumi.Config("kontinuum")
 
@@ -61,6 +62,9 @@ PLACEHOLDER_KUBECONFIG = (
     "users: [{name: hub, user: {}}]\ncontexts: [{name: hub, context: {cluster: hub, user: hub}}]\n"
     "current-context: hub\n"
 )
+# A config that lost every zone must not read as "tear the region down" (pulumi destroy does that).
+RegionGuard(f"{stack.region}-region", region=stack.region, zones=[z.zone for z in stack.zones],
+            allow_empty=stack.allow_empty_region)
 hub = hub_kubeconfig()
 hub_provider = k8s.Provider(f"{stack.region}-hub", kubeconfig=hub)
 zones = {}

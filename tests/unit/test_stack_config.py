@@ -330,3 +330,32 @@ def problems_with(raw, **kw) -> list[str]:
     with pytest.raises(ConfigErrors) as e:
         parse(raw, **kw)
     return [str(x) for x in e.value.errors]
+
+
+# --- a config that lost every zone ---------------------------------------------------------
+
+from providers.region_guard import RegionGuardProvider  # noqa: E402
+
+
+@pytest.mark.parametrize("olds,news,refused", [
+    ({"zones": ["a", "b"]}, {"region": "eu", "zones": [], "allowEmpty": False}, True),
+    ({"zones": ["a", "b"]}, {"region": "eu", "zones": ["a"], "allowEmpty": False}, False),
+    ({"zones": ["a"]}, {"region": "eu", "zones": [], "allowEmpty": True}, False),
+    ({}, {"region": "eu", "zones": [], "allowEmpty": False}, False),
+    ({"zones": []}, {"region": "eu", "zones": [], "allowEmpty": False}, False),
+])
+def test_region_guard_refuses_only_an_emptied_region(olds, news, refused):
+    failures = RegionGuardProvider().check(olds, news).failures
+    assert bool(failures) == refused
+    if refused:
+        assert failures[0].property == "zones"
+        assert "pulumi destroy" in failures[0].reason and "kontinuum:allowEmptyRegion: true" in failures[0].reason
+        assert "zones a, b" in failures[0].reason
+
+
+def test_allow_empty_region_is_part_of_the_contract():
+    raw = copy.deepcopy(FULL)
+    raw.update(zones=[], allowEmptyRegion=True)
+    assert parse(raw).allow_empty_region is True
+    raw["allowEmptyRegion"] = "yes"
+    assert "allowEmptyRegion: must be true or false, got a string ('yes')" in problems(raw)
