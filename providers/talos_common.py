@@ -73,6 +73,21 @@ def node_client(props: dict, address: str | None = None) -> TalosClient:
     )
 
 
+def maintenance_client(props: dict, fingerprint: str | None = None) -> TalosClient:
+    return TalosClient.maintenance(props["address"], port=int(props.get("talosPort") or APID_PORT),
+                                   fingerprint=fingerprint)
+
+
+def machine_inventory(props: dict):
+    """The hub's Instances, when this machine has one (imported here: only the provider
+    process needs the kubernetes client)."""
+    if not (props.get("hubKubeconfig") and props.get("instance")):
+        return None
+    from kontinuum.hub.inventory import Inventory
+
+    return Inventory.from_kubeconfig(props["hubKubeconfig"])
+
+
 class Inputs:
     """Validates and normalises a check's `news`: fills defaults, turns the engine's floats
     into ints where needed, collects failures. Unknown values are left for the real run."""

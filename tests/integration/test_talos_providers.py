@@ -294,6 +294,19 @@ def test_cluster_health_passes_and_fails_with_the_last_progress_line(lab):
     assert "last progress: waiting for kubelet to be ready: node t-1 is NotReady" in str(err.value)
 
 
+def test_cluster_health_checks_the_workers_that_have_joined(lab):
+    """The zone's listed workers go into the check only once they run this cluster's config: the
+    gate before workers join passes, and a re-run after they joined includes them."""
+    cluster = Cluster(lab, 1, workers=1)
+    cp, worker = cluster.addresses
+    ConfigApplyProvider().create(cluster.props(cp))
+    cluster.bootstrap()
+    props = cluster.talos(cp, controlPlaneNodes=[cp], workerNodes=[worker], timeout=BOUND)
+    assert ClusterHealthProvider().create(props).outs["checkedNodes"] == [cp]
+    ConfigApplyProvider().create(cluster.props(worker))
+    assert ClusterHealthProvider().update(cp, props, props).outs["checkedNodes"] == [cp, worker]
+
+
 class _VersionServer:
     """Stands in for a kube-apiserver: GET /version over TLS from the cluster's Kubernetes CA,
     only for clients with a certificate from that CA."""

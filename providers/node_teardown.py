@@ -1,0 +1,153 @@
+"""Teardown of one machine when it leaves its cluster (ConfigApply's delete): control planes
+leave etcd first and fail closed when that fails (a reset member would cost the cluster
+quorum); then a reset back to maintenance mode (STATE + EPHEMERAL, as Talos documents, or
+the whole system disk with wipe=disk), waited for, and the machine's new maintenance
+certificate recorded on its hub Instance, which the next apply to it requires. Every step is
+bounded by resetTimeout and retried while the node is off the network.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from kontinuum.errors import KontinuumError
+from kontinuum.talos.client import TalosClient
+from kontinuum.talos.errors import TalosError, TlsTrustError
+from kontinuum.talos.waits import NotYet, WaitTimeout, wait_until
+from providers.talos_common import TRANSIENT, info, machine_inventory, maintenance_client, node_client, warn
+
+WIPES = {"state": ("STATE", "EPHEMERAL"), "disk": ()}  # system partitions a reset wipes; () = the disk
+
+
+class NodeNotResetError(KontinuumError):
+    """Delete refused to reset a node, or could not."""
+
+
+
+class _InMaintenance(Exception):
+    """The node answered in maintenance mode: it is reset already."""
+
+
+def _in_maintenance(props: dict, left: float) -> bool:
+    client = maintenance_client(props)
+    try:
+        client.discover(timeout=min(left, client.deadlines.discover))
+    except TalosError:
+        return False
+    return True
+
+
+def _teardown_step(props: dict, what: str, call: Callable[[float], object], started: float) -> object:
+    """One mTLS step of the teardown, retried while the node is off the network. Raises
+    _InMaintenance when the node turns out to be reset already."""
+
+    def attempt(left: float) -> object:
+        try:
+            return call(left)
+        except TRANSIENT as exc:
+            if isinstance(exc, TlsTrustError) and _in_maintenance(props, left):
+                raise _InMaintenance() from exc
+            raise NotYet(exc.problem) from exc
+
+    return wait_until(
+        f"ConfigApply {props['address']}: {what}",
+        attempt,
+        timeout=float(props["resetTimeout"]),
+        started=started,
+        remedy=(
+            "The node did not take the call. Power it on or fix the network and run again; if the machine is "
+            "gone for good (or now belongs elsewhere), set skipUnreachable: true so teardown skips it."
+        ),
+    )
+
+
+def _etcd_membership(client: TalosClient) -> str:
+    """"none", "last" or "member": how this control plane relates to etcd right now."""
+    services = {s.id: s for s in client.service_list()}
+    etcd = services.get("etcd")
+    if etcd is None or etcd.state != "Running":
+        return "none"
+    return "last" if len(client.etcd_members()) <= 1 else "member"
+
+
+def _leave_etcd(props: dict, client: TalosClient, started: float) -> bool:
+    """Leave etcd; True when the node was a member of a live cluster. Fails closed: only
+    "there is nothing to leave" lets the reset go ahead after a failure."""
+    address = props["address"]
+    try:
+        _teardown_step(props, "leave etcd", lambda left: client.etcd_leave(timeout=min(left, client.deadlines.etcd)), started)
+        info(f"{address}: left the etcd cluster")
+        return True
+    except TalosError as exc:
+        failure = exc
+    try:
+        membership = _etcd_membership(client)
+    except TalosError as exc:
+        membership = f"could not be read ({exc.problem})"
+    if membership == "none":
+        info(f"{address}: etcd does not run here (never bootstrapped, or left already); nothing to leave")
+        return False
+    if membership == "last":
+        info(f"{address}: the last etcd member; the cluster's etcd goes away with it")
+        return False
+    raise NodeNotResetError(
+        f"ConfigApply {address}: leaving etcd failed ({failure.problem}) and the node is still an etcd member "
+        f"(membership {membership}). Not resetting it: a reset member would cost the cluster quorum. Fix etcd on "
+        f"the node (`talosctl -n {address} service etcd`) or remove the member through another control plane "
+        "(`talosctl etcd remove-member`), then run again; to reset without leaving, set leaveEtcdOnDelete: false."
+    ) from failure
+
+
+def teardown(props: dict) -> None:
+    """Leave etcd (control planes), reset, wait for maintenance mode; all within resetTimeout."""
+    address = props["address"]
+    if props.get("resetOnDelete") is False:
+        info(f"{address}: resetOnDelete is false; the node keeps its config")
+        return
+    started = time.monotonic()
+    client = node_client(props)
+    leave = props.get("leaveEtcdOnDelete")
+    if leave is None:
+        leave = props.get("role") == "controlplane"
+    try:
+        graceful = _leave_etcd(props, client, started) if leave else True
+        _teardown_step(
+            props,
+            "accept the reset",
+            lambda left: client.reset(graceful=graceful, reboot=True, system_partitions=WIPES[props.get("wipe") or "state"],
+                                      timeout=min(left, client.deadlines.reset)),
+            started,
+        )
+    except _InMaintenance:
+        info(f"{address}: already in maintenance mode; nothing to reset")
+        return
+    except WaitTimeout as exc:
+        if props.get("skipUnreachable"):
+            warn(f"{address}: skipped, unreachable (skipUnreachable is set); last observation: {exc.last}")
+            return
+        raise
+    info(f"{address}: reset (graceful={graceful}); waiting for it to come back in maintenance mode")
+
+    def back(left: float):
+        maintenance = maintenance_client(props)
+        try:
+            return maintenance.discover(timeout=min(left, maintenance.deadlines.discover))
+        except TalosError as exc:
+            raise NotYet(exc.problem) from exc
+
+    found = wait_until(
+        f"ConfigApply {address}: the node to come back in maintenance mode after its reset",
+        back,
+        timeout=float(props["resetTimeout"]),
+        started=started,
+        remedy=(
+            "The reset may still be wiping disks (raise resetTimeout) or hung: check the machine's console, then run "
+            "again. After a whole-disk wipe (wipe: disk) a machine comes back only if it boots from the network or an ISO."
+        ),
+    )
+    inv = machine_inventory(props)
+    if inv is not None:
+        from kontinuum.hub.discovery import record_found
+
+        record_found(inv, props["instance"], found)  # its new certificate: what the next apply pins
