@@ -10,6 +10,7 @@ import ipaddress
 import re
 from urllib.parse import urlsplit
 
+from kontinuum.talos import support
 from kontinuum.talos.machineconfig import TALOS_VERSION
 from kontinuum.talos.waits import WAIT_DEFAULTS
 from kontinuum_components.schema import ANY, Bool, Format, Int, List, Map, Num, Obj, OneOf, Str, without
@@ -122,7 +123,7 @@ PATCH_OP = Obj({
     "value": ANY,
     "from": Str("JSON pointer (move, copy)"),
 })
-PATCHES = List(OneOf(Map(ANY), List(PATCH_OP), Str(format=NON_EMPTY)),
+PATCHES = List(OneOf(Map(ANY), List(PATCH_OP), Str(format=NON_EMPTY), expand=False),
                "machine config patches: RFC 6902 operation lists, YAML merge patch mappings or YAML text of either "
                "(applied cluster → pool → node)")
 LABELS = Map(Str(), "node labels, `label: value`")
@@ -145,7 +146,8 @@ CHART = Obj({
     "version": Str("chart version", format=NON_EMPTY),
     "path": Str("a local chart directory instead of repo/chart/version", format=NON_EMPTY),
     "namespace": Str("namespace of the release", format=NON_EMPTY),
-}, "`{repo, chart, version}` or `{path}` of a local chart; upstream charts by default")
+}, "`{repo, chart, version}` or `{path}` of a local chart (either with `namespace`); upstream charts by default",
+    expand=False)
 
 
 def _addon(name: str):
@@ -175,7 +177,7 @@ ZONE = Obj({
                     "worker pools"),
     "patches": PATCHES,
     "talosVersion": Str("Talos version (the pinned contract's minor)", default=TALOS_VERSION, format=VERSION),
-    "kubernetesVersion": Str("Kubernetes version; must be supported by the Talos version (README: support matrix)",
+    "kubernetesVersion": Str(f"Kubernetes version, one the Talos version supports ({support.matrix_text()})",
                              default=DEFAULT_KUBERNETES_VERSION, format=VERSION),
     "addons": Obj({
         "cilium": _addon("Cilium"),
@@ -193,9 +195,10 @@ ZONE = Obj({
         "wipe": Str("what a reset wipes when a machine leaves the zone: `state` (the STATE and EPHEMERAL "
                     "partitions) or `disk` (the whole system disk)", default="state", enum=TEARDOWN_WIPES),
     }),
-    "timeouts": Obj({k: Num(f"seconds for the {k} wait" + (" (0 = fail at once)" if k == "claim" else ""),
-                            default=v, minimum=0) for k, v in DEFAULT_TIMEOUTS.items()},
-                    "bounds of every wait, sized for real hardware; the lab stack sets short ones"),
+    "timeouts": Obj({k: Num(f"seconds for the {k} wait", default=v, minimum=0) for k, v in DEFAULT_TIMEOUTS.items()},
+                    "seconds for each wait: " + ", ".join(f"`{k}` ({v})" for k, v in DEFAULT_TIMEOUTS.items())
+                    + "; `claim: 0` fails at once when no machine is free. Sized for real hardware (installer pull, "
+                    "install and reboot take minutes); the lab stack sets short ones", expand=False),
     "talosPort": Int("Talos API port", default=50000, minimum=1, maximum=65535),
 })
 

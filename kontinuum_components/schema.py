@@ -78,8 +78,8 @@ def List(items: Field, doc: str = "", **kw) -> Field:  # noqa: N802
     return Field("array", doc, items=items, **kw)
 
 
-def OneOf(*options: Field, doc: str = "") -> Field:  # noqa: N802
-    return Field("union", doc, options=options)
+def OneOf(*options: Field, doc: str = "", **kw) -> Field:  # noqa: N802
+    return Field("union", doc, options=options, **kw)
 
 
 ANY = Field("any")
@@ -218,21 +218,22 @@ def json_schema(f: Field) -> dict:
     return out
 
 
-def rows(f: Field, path: str = "") -> Iterator[tuple[str, Field]]:
-    """(path, field) for every documented key, depth first, as the README table lists them."""
+def rows(f: Field, path: str = "", *, every: bool = False) -> Iterator[tuple[str, Field]]:
+    """(path, field) for every documented key, depth first, as the README table lists them;
+    every=True: every key of the contract, documented in a row or not (for tests)."""
     if f.type == "union":
         for option in f.options:
-            yield from rows(option, path)
+            yield from rows(option, path, every=every)
         return
     if f.fields is not None:
         for key, sub in f.fields.items():
             sub_path = f"{path}.{key}" if path else key
-            if sub.doc:
+            if sub.doc or every:
                 yield sub_path, sub
-            if sub.expand:
-                yield from rows(sub, sub_path)
-    elif f.items is not None:
-        yield from rows(f.items, f"{path}[]")
+            if sub.expand or every:
+                yield from rows(sub, sub_path, every=every)
+    elif f.items is not None and (f.items.expand or every):
+        yield from rows(f.items, f"{path}[]", every=every)
 
 
 def default_text(f: Field) -> str:

@@ -17,11 +17,11 @@ def stack_file_schema() -> dict:
     from kontinuum_components import contract, schema
 
     keys = schema.json_schema(contract.STACK)
-    secure = {"type": "object", "properties": {"secure": {"type": "string"}}, "required": ["secure"],
-              "additionalProperties": False}
+    # A secret is stored encrypted (`pulumi config set --secret`): in the file it is `{secure: …}`.
     config = {f"{contract.NAMESPACE}:{k}": (
-        {"anyOf": [v, secure], "description": v.get("description", "")} if k in ("hubKubeconfig",) else v)
-        for k, v in keys["properties"].items()}
+        {"type": "object", "properties": {"secure": {"type": "string"}}, "required": ["secure"],
+         "additionalProperties": False, "description": v.get("description", "")}
+        if contract.STACK.fields[k].secret else v) for k, v in keys["properties"].items()}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "Kontinuum stack config (stacks/Pulumi.<stack>.yaml)",
