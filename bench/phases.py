@@ -44,17 +44,17 @@ DOWNSTREAM = {"namespace", "env-secret", "env-configmap", "identity-secret", "hu
               "cluster-issuer", "gateway", "certificate", "certificate-ready", "httproute"}
 
 
-def classify(suffix: str) -> str | None:
+def classify(suffix: str, urn: str = "") -> str | None:
+    """The phase of a zone resource from its name suffix; a machine's Instance (discovery) and
+    its ConfigApply (apply, a child of the TalosCluster) share the machine's name."""
     if suffix.startswith("gateway-api-"):  # one resource per Gateway API CRD
         return "cilium"
     if re.fullmatch(r"[0-9a-f]{8}", suffix):
-        return "discovery"
+        return "apply" if "TalosCluster$pulumi-python:dynamic:Resource::" in urn else "discovery"
     if suffix == "controlplane":
         return "claim"
     if suffix == "secrets":
         return "secrets"
-    if re.fullmatch(r"controlplane-\d+", suffix):
-        return "apply"
     if suffix in ("bootstrap", "kubeconfig", "health", "join"):
         return suffix
     if suffix in ("cilium", "cilium-healthy", "gateway-api"):
@@ -124,7 +124,7 @@ def zone_times(events: list[Event], region: str) -> dict[str, ZoneTimes]:
         if zone is None:
             continue
         name = urn.rsplit("::", 1)[-1]
-        phase = classify(name.removeprefix(f"{region}-{zone}-"))
+        phase = classify(name.removeprefix(f"{region}-{zone}-"), urn)
         if phase is None:
             continue
         zt = out.setdefault(zone, ZoneTimes(zone))

@@ -1,0 +1,193 @@
+"""A live zone survives every edit (issue 13): the HA zone (3 control planes, 2 workers) that
+test_talos_cluster_engine brought up is edited one documented key at a time. For each edit:
+the up converges, only the documented effect happens (Talos calls counted on every lab node:
+no apply or reset on a node the edit does not concern) and the next preview shows no changes.
+Membership is by machine: a spare listed for a pool joins and leaves without touching the
+machines that stay, and a preview of an unrelated pool edit plans no replace.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import yaml
+
+from kontinuum.hub.inventory import Inventory
+from kontinuum.naming import instance_name
+from tests.e2e.cluster_lab import REGION, address, all_nodes, calls, delta, mutating, node_state, ready
+
+SPARE = address(9)  # listed for the web pool beyond its replicas
+
+
+@pytest.fixture(scope="module")
+def zone_stack(cluster_lab, ha):
+    stack, _, _ = ha
+    if not ready(stack, "ha"):
+        pytest.skip("the HA zone did not come up (test_talos_cluster_engine)")
+    return stack, cluster_lab
+
+
+def settings(stack) -> dict:
+    return yaml.safe_load(stack.config_file.read_text())
+
+
+def edit(stack, change) -> None:
+    """Apply `change(config, zone)` to the stack's config file."""
+    cfg = copy.deepcopy(settings(stack))
+    change(cfg["config"], cfg["config"]["kontinuum:zones"][0])
+    stack.write_config_file(cfg)
+
+
+def converge(stack, *, touched: dict[str, set[str]] | None = None) -> dict:
+    """`pulumi up`, then a preview that must show no changes. Returns the mutating Talos calls
+    per node, after asserting that exactly `touched` (node → call names) were made."""
+    before = calls(all_nodes())
+    stack.up()
+    made = mutating(delta(before, calls(all_nodes())))
+    assert {a: set(c) for a, c in made.items()} == (touched or {}), made
+    stack.preview("--expect-no-changes")
+    assert ready(stack, "ha")
+    return made
+
+
+def planned(stack) -> list[tuple[str, str, str]]:
+    """(op, kind, name) of every step a preview plans other than `same`; kind tells a machine's
+    Instance ("instance", a Zone child) from its ConfigApply ("member", a TalosCluster child),
+    which share the machine's name."""
+    out = json.loads(stack.preview("--json").stdout)
+    steps = []
+    for s in out.get("steps", []):
+        if s["op"] == "same":
+            continue
+        qualified, name = s["urn"].rsplit("::", 2)[-2:]
+        kind = qualified.rsplit("$", 1)[-1]
+        if kind == "pulumi-python:dynamic:Resource":
+            kind = "member" if qualified.endswith("TalosCluster$" + kind) else "instance" if qualified.endswith(
+                "Zone$" + kind) else "dynamic"
+        steps.append((s["op"], kind, name))
+    return steps
+
+
+def machine(a: str) -> str:
+    return instance_name(REGION, "ha", a)
+
+
+def web(z: dict) -> dict:
+    return next(p for p in z["workers"] if p["name"] == "web")
+
+
+def test_timeouts_of_discovery_and_claim_touch_no_node_and_preview_no_replace(zone_stack):
+    stack, _ = zone_stack
+    edit(stack, lambda c, z: z.setdefault("timeouts", {}).update({"discovery": 6, "claim": 3}))
+    steps = planned(stack)
+    # Only the Instances and the pools change: no machine's ConfigApply, no provider, no CRD.
+    pools = {"e2e-ha-controlplane", "e2e-ha-web"}
+    assert steps and all(op == "update" and (kind == "instance" or name in pools) for op, kind, name in steps), steps
+    before = calls(all_nodes())
+    converge(stack)
+    assert {a: c for a, c in delta(before, calls(all_nodes())).items() if c} == {}  # not even a probe
+
+
+def test_health_timeout_reruns_the_check_with_the_workers_that_joined(zone_stack):
+    stack, _ = zone_stack
+    edit(stack, lambda c, z: z["timeouts"].update({"health": 91}))
+    converge(stack)
+
+
+def test_hub_kubeconfig_rotation_touches_no_node(zone_stack, tmp_path):
+    stack, lab = zone_stack
+    rotated = tmp_path / "hub-kubeconfig"
+    rotated.write_text("# rotated\n" + (lab / "hub" / "kubeconfig").read_text())
+    edit(stack, lambda c, z: c.update({"kontinuum:hubKubeconfigFile": str(rotated)}))
+    converge(stack)
+
+
+def test_unregister_instances_on_delete_touches_no_node(zone_stack):
+    stack, _ = zone_stack
+    edit(stack, lambda c, z: z.update({"unregisterInstancesOnDelete": True}))
+    converge(stack)
+
+
+def test_cluster_patch_reapplies_every_node_once_and_resets_none(zone_stack):
+    stack, _ = zone_stack
+    patch = [{"op": "add", "path": "/machine/sysctls", "value": {"net.core.somaxconn": "65535"}}]
+    edit(stack, lambda c, z: z.update({"patches": [patch]}))
+    made = converge(stack, touched={a: {"ApplyConfiguration"} for a in address_range(1, 6)})
+    assert all(c == {"ApplyConfiguration": 1} for c in made.values()), made
+
+
+def address_range(first: int, end: int) -> list[str]:
+    return [address(i) for i in range(first, end)]
+
+
+def test_addon_values_and_server_image_touch_no_node(zone_stack):
+    stack, _ = zone_stack
+
+    def change(c, z):
+        z.setdefault("addons", {}).setdefault("cilium", {})["values"] = {"e2eEdit": "yes"}
+        z["serverImage"] = "ghcr.io/kontinuum-sh/kontinuum-server:e2e-edit"
+    edit(stack, change)
+    converge(stack)
+
+
+def test_spare_joins_and_leaves_alone_with_replicas(zone_stack):
+    stack, _ = zone_stack
+    edit(stack, lambda c, z: z["talosAddresses"].append({"address": SPARE, "pool": "web"}))
+    converge(stack)  # listed beyond replicas: a spare, registered and discovered, not configured
+    assert node_state(SPARE)["mode"] == "maintenance"
+    edit(stack, lambda c, z: web(z).update({"replicas": 3}))
+    steps = planned(stack)
+    assert ("create", "member", machine(SPARE)) in steps
+    assert not [s for s in steps if s[0] not in ("create", "update")], steps
+    assert not [s for s in steps if s[1] == "member" and s[2] != machine(SPARE)], steps
+    converge(stack, touched={SPARE: {"ApplyConfiguration"}})
+    assert node_state(SPARE)["mode"] == "configured"
+    edit(stack, lambda c, z: web(z).update({"replicas": 2}))
+    converge(stack, touched={SPARE: {"Reset"}})  # the spare leaves; the two workers that stay are untouched
+    assert node_state(SPARE)["mode"] == "maintenance"
+
+
+def test_removing_a_machine_resets_exactly_that_machine(zone_stack):
+    stack, _ = zone_stack
+    gone = address(4)  # the first web worker: the spare moves into the pool in its place
+
+    def change(c, z):
+        z["talosAddresses"] = [m for m in z["talosAddresses"] if m["address"] != gone]
+    edit(stack, change)
+    steps = planned(stack)
+    assert ("delete", "member", machine(gone)) in steps and ("create", "member", machine(SPARE)) in steps
+    assert not [s for s in steps if s[0] in ("replace", "create-replacement", "delete-replaced")], steps
+    assert not [s for s in steps if s[1] == "member" and s[2] not in (machine(gone), machine(SPARE))], steps
+    converge(stack, touched={gone: {"Reset"}, SPARE: {"ApplyConfiguration"}})
+    assert node_state(gone)["mode"] == "maintenance" and node_state(address(5))["mode"] == "configured"
+
+
+def test_instance_deleted_out_of_band_then_an_unrelated_edit_resets_nothing(zone_stack):
+    stack, lab = zone_stack
+    inv = Inventory.from_kubeconfig((lab / "hub" / "kubeconfig").read_text())
+    first_worker = machine(address(5))
+    assert inv.unregister(first_worker)
+    edit(stack, lambda c, z: z["timeouts"].update({"claim": 4}))
+    converge(stack)  # the pool registers the member again; no machine moves, none is reset
+    assert inv.get(first_worker) is not None
+    assert all(node_state(a)["mode"] == "configured" for a in (*address_range(1, 4), address(5), SPARE))
+
+
+def test_swapping_every_control_plane_is_refused_at_preview(zone_stack):
+    stack, _ = zone_stack
+    before = calls(all_nodes())
+    original = settings(stack)
+
+    def change(c, z):
+        z["talosAddresses"] = [m for m in z["talosAddresses"] if m.get("pool", "controlplane") != "controlplane"] + [
+            {"address": address(10), "pool": "controlplane"}]
+        z["controlPlane"]["replicas"] = 1
+    edit(stack, change)
+    result = stack.run("preview", check=False)
+    assert result.returncode != 0
+    assert "every member would change at once" in result.stdout + result.stderr
+    assert mutating(delta(before, calls(all_nodes()))) == {}
+    stack.write_config_file(original)
+    stack.preview("--expect-no-changes")
