@@ -18,7 +18,7 @@ from tests.e2e.labs import running_lab
 
 FIRST_ADDRESS = "127.0.33.11"
 HUB_ADDRESS = "127.0.0.33"
-NODES = 11  # one (1) + ha (5) + kill (1) + hang (2) + spares
+NODES = 13  # one (1) + ha (5) + kill (1) + hang (2) + edit spares (2) + migration (2)
 REGION = "e2e"
 MUTATING = ("ApplyConfiguration", "Bootstrap", "Reset", "Upgrade")  # and every Etcd* call
 

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
 
 from kontinuum.hub.inventory import Inventory
 from kontinuum.naming import instance_name
-from tests.e2e.cluster_lab import REGION, address, all_nodes, calls, delta, mutating, node_state, ready
+from lab.pulumi_cli import ROOT, Stack
+from tests.e2e.cluster_lab import (REGION, address, all_nodes, calls, delta, mutating, node_state, ready, write_config,
+                                   zone)
 
 SPARE = address(9)  # listed for the web pool beyond its replicas
 
@@ -191,3 +195,50 @@ def test_swapping_every_control_plane_is_refused_at_preview(zone_stack):
     assert mutating(delta(before, calls(all_nodes()))) == {}
     stack.write_config_file(original)
     stack.preview("--expect-no-changes")
+
+
+# --- a stack made by the Kontinuum before members were keyed by machine ---------------------------
+
+BEFORE_IDENTITIES = "e6c4271"  # main before this change: one ConfigApply per pool slot
+OLD_CP, OLD_WORKER = address(11), address(12)
+
+
+@pytest.fixture(scope="module")
+def old_checkout(tmp_path_factory):
+    """That version's tree (git archive), run with this checkout's venv and tools."""
+    have = subprocess.run(["git", "cat-file", "-e", f"{BEFORE_IDENTITIES}^{{commit}}"], cwd=ROOT, capture_output=True)
+    if have.returncode != 0:
+        pytest.skip(f"commit {BEFORE_IDENTITIES} is not in this clone's history (a shallow clone)")
+    tree = tmp_path_factory.mktemp("before-identities")
+    archive = subprocess.run(["git", "archive", BEFORE_IDENTITIES], cwd=ROOT, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    (tree / "venv").symlink_to(ROOT / "venv")
+    return tree
+
+
+def test_a_stack_made_before_identities_moves_without_touching_a_node(cluster_lab, old_checkout, tmp_path):
+    z = zone("old", [OLD_CP], {"web": [OLD_WORKER]})
+    tools = Path(subprocess.run([str(ROOT / "tools" / "install.sh"), "--print-bin"], capture_output=True, text=True,
+                                check=True).stdout.strip()).parent
+    old = Stack(old_checkout, "old", tmp_path / "state", passphrase="e2e", config_file=tmp_path / "Pulumi.old.yaml",
+                extra_env={"KONTINUUM_TOOLS": str(tools), "PYTHONPATH": str(old_checkout)})
+    old.init()
+    write_config(old, cluster_lab, z)
+    old.up()
+    slots = [r["urn"].rsplit("::", 1)[-1] for r in old.export()["deployment"]["resources"] if "-web-0" in r["urn"]
+             or "-controlplane-0" in r["urn"]]
+    assert sorted(slots) == ["e2e-old-controlplane-0", "e2e-old-web-0"]
+
+    new = Stack(ROOT, "old", tmp_path / "state", passphrase="e2e", config_file=tmp_path / "Pulumi.old.yaml")
+    subprocess.run([str(ROOT / "venv" / "bin" / "python"), "-m", "kontinuum", "migrate", "--stack", "old"],
+                   cwd=ROOT, env=new.env(), check=True, capture_output=True, text=True)
+    steps = json.loads(new.preview("--json").stdout).get("steps", [])
+    bad = [(s["op"], s["urn"].rsplit("::", 1)[-1]) for s in steps if s["op"] not in ("same", "update")]
+    assert bad == [], bad  # no replace, no delete: the same machines under their new names
+    before = calls([OLD_CP, OLD_WORKER])
+    new.up()
+    assert mutating(delta(before, calls([OLD_CP, OLD_WORKER]))) == {}
+    new.preview("--expect-no-changes")
+    assert ready(new, "old")
+    new.destroy()
+    assert node_state(OLD_CP)["mode"] == "maintenance" and node_state(OLD_WORKER)["mode"] == "maintenance"
