@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kontinuum.errors import ConfigError, KontinuumError
-from kontinuum.talos import configpatch, goyaml, machineconfig, pki, secrets
+from kontinuum.talos import configpatch, machineconfig, pki, secrets
 from kontinuum_components.config import StackConfig, Zone
 from kontinuum_components.specs import cluster_spec
 
@@ -186,12 +186,13 @@ def check(stack: StackConfig, raw: dict, *, validator: str | None = None, use_va
             if doc is None:
                 continue
             report.configs += 1
-            ours = machineconfig.precheck(goyaml.dump(doc)) + _doc_problems(doc)
+            ours = machineconfig._precheck_doc(doc) + _doc_problems(doc)  # noqa: SLF001 - precheck, minus YAML
             for problem in ours:
                 add(f"zones[{zi}].{pool_path}", f"patched config is invalid: {problem} {where}")
             if failed or ours:
                 continue  # Talos would only repeat what is already said
-            items.append({"name": f"{zi}/{pool_path}", "config": goyaml.dump(doc)})
+            # JSON is YAML to Talos's loader, and 20x cheaper to write than YAML here.
+            items.append({"name": f"{zi}/{pool_path}", "config": json.dumps(doc)})
             owners.append((f"zones[{zi}].{pool_path}", where))
     if not use_validator or not items:
         return report
