@@ -77,3 +77,22 @@ def test_an_emptied_region_is_refused_until_the_switch(tmp_path):
     stack.set_config("allowEmpty", "true")
     assert stack.up().returncode == 0
     assert stack.destroy().returncode == 0
+
+
+def test_a_plain_text_hub_kubeconfig_is_refused_with_the_command(tmp_path):
+    cfg = yaml.safe_load(LAB_STACK.read_text())["config"]
+    del cfg["kontinuum:hubKubeconfigFile"]
+    cfg["kontinuum:zones"] = [{"zone": "a", "talosAddresses": ["127.0.10.250"]}]
+    stack = Stack(ROOT, "plainhub", tmp_path / "state", passphrase="e2e-config",
+                  config_file=tmp_path / "Pulumi.plainhub.yaml").init()
+    stack.write_config_file({"config": cfg})
+    stack.set_config("kontinuum:hubKubeconfig", "apiVersion: v1\nkind: Config\n")
+    out = _text(stack.run("preview", check=False, timeout=300))
+    assert ("kontinuum:hubKubeconfig: is plain text in the stack config; store it as a secret: "
+            "`pulumi config rm kontinuum:hubKubeconfig` then "
+            "`pulumi config set --secret kontinuum:hubKubeconfig < hub-kubeconfig.yaml`") in out, out
+    assert "apiVersion" not in out and "Traceback" not in out
+
+    stack.set_config("kontinuum:hubKubeconfig", "apiVersion: v1\nkind: Config\n", secret=True)
+    out = _text(stack.run("preview", check=False, timeout=300))
+    assert "is plain text" not in out and "invalid stack config" not in out, out
