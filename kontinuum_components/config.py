@@ -151,7 +151,7 @@ def _pool(raw: dict, name: str) -> Pool:
                 tuple(raw.get("patches", ())))
 
 
-def _source(raw: dict, default: dict, path: str, errs: _Errors) -> ChartSource:
+def _source(raw: dict, default: dict) -> ChartSource:
     if raw.get("path"):
         return ChartSource(chart=raw.get("chart", ""), namespace=raw.get("namespace", default["namespace"]),
                            path=raw["path"])
@@ -160,8 +160,8 @@ def _source(raw: dict, default: dict, path: str, errs: _Errors) -> ChartSource:
                        version=merged.get("version"))
 
 
-def _addons(raw: dict, path: str, errs: _Errors) -> Addons:
-    addons = {key: Addon(_source(raw.get(key, {}).get("chart", {}), DEFAULT_CHARTS[key], f"{path}.{key}.chart", errs),
+def _addons(raw: dict) -> Addons:
+    addons = {key: Addon(_source(raw.get(key, {}).get("chart", {}), DEFAULT_CHARTS[key]),
                          dict(raw.get(key, {}).get("values", {})))
               for key in ("cilium", "certManager")}
     return Addons(addons["cilium"], addons["certManager"],
@@ -203,7 +203,7 @@ def _zone(raw: dict, path: str, errs: _Errors) -> Zone | None:
     return Zone(
         zone=raw["zone"], machines=machines, control_plane=cp, endpoint=endpoint, workers=tuple(workers),
         talos_version=talos, kubernetes_version=kubernetes,
-        addons=_addons(raw.get("addons", {}), f"{path}.addons", errs),
+        addons=_addons(raw.get("addons", {})),
         patches=tuple(raw.get("patches", ())),
         unregister_instances_on_delete=raw.get("unregisterInstancesOnDelete", False),
         server_image=raw.get("serverImage", DEFAULT_SERVER_IMAGE),
