@@ -131,8 +131,9 @@ class Stack:
 
 
 def kill_strays(project_dir: Path) -> list[int]:
-    """SIGKILL Pulumi plugin processes still working in `project_dir`: the engine starts its
-    plugins in process groups of their own, so killing a `pulumi up` does not reach them."""
+    """SIGKILL Pulumi plugin processes still working in `project_dir`. The engine starts its
+    plugins in process groups of their own, so killing a `pulumi up` does not reach them; our
+    launchers (tools/plugins) make them die with the engine, this is the safety net."""
     root = str(Path(project_dir).resolve())
     killed = []
     for entry in Path("/proc").iterdir():
