@@ -1,9 +1,11 @@
-"""Teardown of one machine when it leaves its cluster (ConfigApply's delete): control planes
-leave etcd first and fail closed when that fails (a reset member would cost the cluster
+"""Teardown of one machine when it leaves its cluster (ConfigApply's delete): its Node is
+cordoned and drained first (kubectl drain's order, PodDisruptionBudgets respected), control
+planes then leave etcd and fail closed when that fails (a reset member would cost the cluster
 quorum); then a reset back to maintenance mode (STATE + EPHEMERAL, as Talos documents, or
 the whole system disk with wipe=disk), waited for, and the machine's new maintenance
-certificate recorded on its hub Instance, which the next apply to it requires. Every step is
-bounded by resetTimeout and retried while the node is off the network.
+certificate recorded on its hub Instance, which the next apply to it requires, and its Node
+object removed. Every step is bounded by resetTimeout and retried while the node is off the
+network.
 """
 
 from __future__ import annotations
@@ -12,12 +14,15 @@ import time
 from typing import Callable
 
 from kontinuum.errors import KontinuumError
+from kontinuum.talos import talosconfig
 from kontinuum.talos.client import TalosClient
 from kontinuum.talos.errors import TalosError, TlsTrustError
 from kontinuum.talos.waits import NotYet, WaitTimeout, wait_until
 from providers.talos_common import TRANSIENT, info, machine_inventory, maintenance_client, node_client, warn
 
 WIPES = {"state": ("STATE", "EPHEMERAL"), "disk": ()}  # system partitions a reset wipes; () = the disk
+KUBECONFIG_TRY = 10.0  # seconds to get the admin kubeconfig from one control plane
+DRAIN_BOUND = 300.0  # seconds at most for a drain (and half of what is left of resetTimeout)
 
 
 class NodeNotResetError(KontinuumError):
@@ -110,6 +115,7 @@ def teardown(props: dict) -> None:
     leave = props.get("leaveEtcdOnDelete")
     if leave is None:
         leave = props.get("role") == "controlplane"
+    drained = None if props.get("skipUnreachable") or props.get("drain") is False else _drain(props, started)
     try:
         graceful = _leave_etcd(props, client, started) if leave else True
         _teardown_step(
@@ -121,6 +127,8 @@ def teardown(props: dict) -> None:
         )
     except _InMaintenance:
         info(f"{address}: already in maintenance mode; nothing to reset")
+        if drained is not None:
+            _remove_node(*drained, address)
         return
     except WaitTimeout as exc:
         if props.get("skipUnreachable"):
@@ -151,3 +159,56 @@ def teardown(props: dict) -> None:
         from kontinuum.hub.discovery import record_found
 
         record_found(inv, props["instance"], found)  # its new certificate: what the next apply pins
+    if drained is not None:
+        _remove_node(*drained, address)
+
+
+def _cluster_kubeconfig(props: dict) -> str | None:
+    """The admin kubeconfig through a control plane's Talos API (Kubeconfig RPC): the leaving
+    node itself when it is one, else the control planes the talosconfig names."""
+    own = [props["address"]] if props.get("role") == "controlplane" else []
+    for cp in own + [e for e in talosconfig.parse(props["talosconfig"]).endpoints if e != props["address"]]:
+        client = node_client(props, cp)
+        try:
+            return client.kubeconfig(timeout=KUBECONFIG_TRY)
+        except TalosError:
+            continue
+    return None
+
+
+def _drain(props: dict, started: float) -> tuple[str, str] | None:
+    """Cordon and drain the machine's Node (PodDisruptionBudgets respected) before anything is
+    reset: (kubeconfig, node name) to remove the Node afterwards, or None when there is no
+    cluster to drain from (never bootstrapped, or gone: said in the log). A drain that does not
+    finish within the bound fails the teardown before the machine is touched."""
+    from kontinuum.kube.clients import describe_error
+    from kontinuum.kube.drain import DrainTimeout, drain
+
+    address = props["address"]
+    kubeconfig = _cluster_kubeconfig(props)
+    if kubeconfig is None:
+        info(f"{address}: no control plane hands out a kubeconfig (not bootstrapped, or gone); nothing to drain")
+        return None
+    left = float(props["resetTimeout"]) - (time.monotonic() - started)
+    try:
+        name = drain(kubeconfig, address, timeout=max(1.0, min(left / 2, DRAIN_BOUND)), log=info)
+    except DrainTimeout:
+        raise
+    except Exception as e:  # noqa: BLE001 - an API server that does not answer cannot be drained
+        warn(f"{address}: the cluster's API server did not answer ({describe_error(e)}); not drained")
+        return None
+    return (kubeconfig, name) if name else None
+
+
+def _remove_node(kubeconfig: str, name: str, address: str) -> None:
+    """The reset machine's kubelet is gone: its Node object would stay NotReady forever (and
+    fail Talos's health check as an unexpected node), so it goes too. Best effort: a cluster
+    that went away with its last control plane has no Node left to remove."""
+    from kontinuum.kube.clients import describe_error
+    from kontinuum.kube.drain import delete_node
+
+    try:
+        delete_node(kubeconfig, name)
+        info(f"{address}: Node {name} removed from the cluster")
+    except Exception as e:  # noqa: BLE001
+        info(f"{address}: Node {name} not removed ({describe_error(e)}); the cluster went with it or is down")
