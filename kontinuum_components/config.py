@@ -247,6 +247,9 @@ def problems(raw: dict, *, secret_keys: frozenset[str] | None = None) -> tuple[S
             errs.add(f"{contract.NAMESPACE}:{key}", "is plain text in the stack config; store it as a secret: "
                      f"`pulumi config rm {contract.NAMESPACE}:{key}` then "
                      f"`pulumi config set --secret {contract.NAMESPACE}:{key} < hub-kubeconfig.yaml`")
+    if raw.get("hubKubeconfig") is not None and raw.get("hubKubeconfigFile") is not None:
+        errs.add(f"{contract.NAMESPACE}:hubKubeconfigFile", "set either kontinuum:hubKubeconfig (a secret) or "
+                 "kontinuum:hubKubeconfigFile, not both")
     fields = contract.STACK.fields
     clean = {}
     for key, f in fields.items():

@@ -99,6 +99,7 @@ def check(tmp_path: Path, config_doc: dict, *extra: str) -> subprocess.Completed
 def test_checker_exit_codes_and_messages(tmp_path):
     good = {f"kontinuum:{k}": v for k, v in copy.deepcopy(FULL).items()}
     good["kontinuum:hubKubeconfig"] = {"secure": "v1:abc"}
+    del good["kontinuum:hubKubeconfigFile"]
     ok = check(tmp_path, good)
     assert ok.returncode == 0, ok.stderr
     assert "ok (1 zone, 2 machine configs rendered and validated)" in ok.stdout

@@ -319,6 +319,9 @@ def test_supported_range_edges_are_accepted(kubernetes):
 
 def test_plain_text_hub_kubeconfig_is_refused_with_the_command():
     raw = {**copy.deepcopy(FULL), "hubKubeconfig": "apiVersion: v1"}
+    assert ("kontinuum:hubKubeconfigFile: set either kontinuum:hubKubeconfig (a secret) or "
+            "kontinuum:hubKubeconfigFile, not both") in problems_with(raw, secret_keys=frozenset({"hubKubeconfig"}))
+    del raw["hubKubeconfigFile"]
     out = problems_with(raw, secret_keys=frozenset())
     assert any(p.startswith("kontinuum:hubKubeconfig: is plain text in the stack config; store it as a secret") and
                "pulumi config set --secret kontinuum:hubKubeconfig < hub-kubeconfig.yaml" in p for p in out), out
