@@ -19,7 +19,7 @@ from kubernetes import client, config as kconfig
 from kontinuum.hub import crds as hub_crds
 from kontinuum.talos.pki import CertKey
 from lab import crds as lab_crds
-from lab.controlplane import ClusterPKI, ControlPlane
+from lab.controlplane import ClusterPKI, ControlPlane, free_port
 
 DEFAULT_ADDRESS = "127.0.0.2"
 DEFAULT_PORT = 6443
@@ -90,6 +90,12 @@ class Hub:
             name, self.workdir / "controlplane", pki_, address=address, apiserver_port=port, etcd_ports=etcd_ports,
             controllers=controllers,
         )
+
+    @classmethod
+    def on_free_ports(cls, workdir: Path, address: str, **options) -> "Hub":
+        """A hub on `address` whose apiserver and etcd take free ports there (tests run several)."""
+        return cls(workdir, address=address, port=free_port(address),
+                   etcd_ports=(free_port(address), free_port(address)), **options)
 
     @property
     def server(self) -> str:

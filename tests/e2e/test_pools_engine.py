@@ -14,7 +14,6 @@ import pytest
 
 from kontinuum.hub.crds import LABEL_CLAIMED_BY
 from kontinuum.hub.inventory import Inventory
-from lab.controlplane import free_port
 from lab.hub import Hub
 from lab.pulumi_cli import WRAPPER, Stack, kill_strays
 from lab.talos_node import Lab
@@ -25,8 +24,7 @@ HUB_ADDRESS = "127.0.0.5"
 
 @pytest.fixture(scope="module")
 def hub(tools_bin, tmp_path_factory):
-    h = Hub(tmp_path_factory.mktemp("hub"), address=HUB_ADDRESS, port=free_port(HUB_ADDRESS),
-            etcd_ports=(free_port(HUB_ADDRESS), free_port(HUB_ADDRESS))).start()
+    h = Hub.on_free_ports(tmp_path_factory.mktemp("hub"), HUB_ADDRESS).start()
     yield h
     h.stop()
 

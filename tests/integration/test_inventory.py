@@ -10,14 +10,12 @@ import pytest
 
 from kontinuum.hub.crds import LABEL_CLAIMED_BY
 from kontinuum.hub.inventory import InsufficientCapacity, Inventory
-from lab.controlplane import free_port
 from lab.hub import Hub
 
 
 @pytest.fixture(scope="module")
 def hub(tools_bin, tmp_path_factory):
-    h = Hub(tmp_path_factory.mktemp("hub"), address="127.0.0.3", port=free_port("127.0.0.3"),
-            etcd_ports=(free_port("127.0.0.3"), free_port("127.0.0.3"))).start()
+    h = Hub.on_free_ports(tmp_path_factory.mktemp("hub"), "127.0.0.3").start()
     yield h
     h.stop()
 

@@ -12,7 +12,6 @@ from kontinuum.hub.crds import LABEL_CLAIMED_BY
 from kontinuum.hub.inventory import Inventory, MembersUnavailable
 from kontinuum.talos import machineconfig as mc
 from kontinuum.talos import secrets
-from lab.controlplane import free_port
 from lab.hub import Hub
 from lab.talos_node import Lab
 from providers.config_apply import ConfigApplyProvider
@@ -26,8 +25,7 @@ LABELS = {"kontinuum.sh/region": "t", "kontinuum.sh/zone": "m", "kontinuum.sh/po
 
 @pytest.fixture(scope="module")
 def hub(tools_bin, tmp_path_factory):
-    h = Hub(tmp_path_factory.mktemp("hub"), address="127.0.0.4", port=free_port("127.0.0.4"),
-            etcd_ports=(free_port("127.0.0.4"), free_port("127.0.0.4"))).start()
+    h = Hub.on_free_ports(tmp_path_factory.mktemp("hub"), "127.0.0.4").start()
     yield h
     h.stop()
 

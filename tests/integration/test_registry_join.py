@@ -106,8 +106,7 @@ def test_provider_check_and_diff_are_pure():
 def hub_(tools_bin, tmp_path_factory):
     # No controller-manager: the tests play the deployment controller (they mark Deployments
     # Available), and a real one would undo that.
-    h = Hub(tmp_path_factory.mktemp("hub"), address=ADDRESS, port=free_port(ADDRESS),
-            etcd_ports=(free_port(ADDRESS), free_port(ADDRESS)), name="hub-registry", controllers=False).start()
+    h = Hub.on_free_ports(tmp_path_factory.mktemp("hub"), ADDRESS, name="hub-registry", controllers=False).start()
     yield h
     h.stop()
 
