@@ -65,17 +65,16 @@ acceptable() {
 
 # installed NAME WANT: a matching binary the user already has, if any (PATH, or for the
 # Kubernetes provider the user's Pulumi plugin directory). Says why a found one is not used.
+# The first that fits is used.
 installed() {
   local name=$1 want=$2 found got
-  found=$(PATH=${PATH//$bin:/} command -v "$name" || true)
-  if [ "$name" = pulumi-resource-kubernetes ] && [ -z "$found" ]; then
-    found=$user_plugins/resource-kubernetes-v$want/$name
-    [ -x "$found" ] || found=
-  fi
-  [ -n "$found" ] || return 0
-  got=$(version_of "$name" "$found")
-  if acceptable "$name" "$want" "$got"; then echo "$found"; return 0; fi
-  say "$name $want: not using $found (it reports '${got:-no version}'); building the pinned one"
+  for found in "$(PATH=${PATH//$bin:/} command -v "$name" || true)" \
+    "$( [ "$name" = pulumi-resource-kubernetes ] && echo "$user_plugins/resource-kubernetes-v$want/$name")"; do
+    [ -n "$found" ] && [ -x "$found" ] || continue
+    got=$(version_of "$name" "$found")
+    if acceptable "$name" "$want" "$got"; then echo "$found"; return 0; fi
+    say "$name $want: not using $found (it reports '${got:-no version}')"
+  done
 }
 
 # build NAME VERSION BUILDER OUTDIR: the real builder, or the stand-in in fake mode.

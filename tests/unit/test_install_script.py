@@ -129,7 +129,8 @@ def test_older_other_major_or_unknown_engine_on_path_is_not_used(machine, report
     out = machine.run("pulumi")
     assert out.returncode == 0, out.stderr
     assert machine.built() == ["pulumi"]
-    assert f"not using {engine} (it reports '{reported or 'no version'}'); building the pinned one" in out.stderr
+    assert f"not using {engine} (it reports '{reported or 'no version'}')" in out.stderr
+    assert f"pulumi {PINS['PULUMI_VERSION']}: building from its Go module" in out.stderr
     assert (machine.bin() / "pulumi").resolve() == machine.cache / "pulumi" / PINS["PULUMI_VERSION"] / "pulumi"
 
 
@@ -155,7 +156,14 @@ def test_kubernetes_provider_from_the_users_pulumi_plugin_directory(machine):
     assert machine.built() == []
     assert f"using {plugin} ({version}), already installed" in out.stderr
 
+    machine.on_path("pulumi-resource-kubernetes", "exit 0")  # unversioned, on PATH: the plugin dir still wins
+    (machine.bin() / "pulumi-resource-kubernetes").unlink()
+    out = machine.run("pulumi-resource-kubernetes")
+    assert out.returncode == 0 and machine.built() == []
+    assert f"using {plugin} ({version}), already installed" in out.stderr
+
     plugin.unlink()  # only another version installed: build the pinned one
+    (machine.bin() / "pulumi-resource-kubernetes").unlink()
     out = machine.run("pulumi-resource-kubernetes")
     assert out.returncode == 0 and machine.built() == ["pulumi-resource-kubernetes"]
 
