@@ -90,7 +90,15 @@ provide() {
     say "$name $want: ready ($got: $(readlink -f "$bin/$name"))"; return
   fi
   found=$(installed "$name" "$want")
-  if [ -n "$found" ]; then
+  if [ -n "$found" ] && [ "$name" = pulumi ]; then
+    # The engine takes its bundled plugins (language hosts, the dynamic-provider host) from
+    # beside its own binary before its plugin directory: a copy beside nothing uses ours.
+    got=$(version_of "$name" "$found") out="$cache/$name/$got"
+    if ! cmp -s "$found" "$out/$name"; then
+      mkdir -p "$out" && cp -f "$found" "$out/$name.tmp" && mv -f "$out/$name.tmp" "$out/$name"
+    fi
+    say "$name $want: using $found ($got), already installed (copied to $out)"; ln -sfn "$out/$name" "$bin/$name"; return
+  elif [ -n "$found" ]; then
     got=$(version_of "$name" "$found")
     say "$name $want: using $found ($got), already installed"; ln -sfn "$found" "$bin/$name"; return
   fi

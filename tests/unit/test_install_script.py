@@ -118,9 +118,10 @@ def test_pinned_or_newer_engine_on_path_is_used_without_a_build(machine):
         out = machine.run("pulumi")
         assert out.returncode == 0, out.stderr
         assert machine.built() == []
-        assert f"using {engine} ({version}), already installed" in out.stderr
-        assert (machine.bin() / "pulumi").resolve() == engine
-        assert f"pulumi {PINS['PULUMI_VERSION']}: ready ({version}: {engine})" in machine.run("pulumi").stderr
+        copy = machine.cache / "pulumi" / version / "pulumi"  # beside it no bundled plugins: ours are used
+        assert f"using {engine} ({version}), already installed (copied to {copy.parent})" in out.stderr
+        assert (machine.bin() / "pulumi").resolve() == copy and copy.read_bytes() == engine.read_bytes()
+        assert f"pulumi {PINS['PULUMI_VERSION']}: ready ({version}: {copy})" in machine.run("pulumi").stderr
 
 
 @pytest.mark.parametrize("reported", ["v3.1.0", "v4.0.0", "v3.274.1-dev", ""])
