@@ -11,7 +11,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from kontinuum_components import validation
-from kontinuum_components.clean_exit import fail_cleanly
+from kontinuum_components.clean_exit import fail_cleanly, our_errors_cleanly
 from kontinuum_components.zone import Zone
 from providers.region_guard import RegionGuard
 
@@ -68,9 +68,10 @@ RegionGuard(f"{stack.region}-region", region=stack.region, zones=[z.zone for z i
 hub = hub_kubeconfig()
 hub_provider = k8s.Provider(f"{stack.region}-hub", kubeconfig=hub)
 zones = {}
-for z in stack.zones:
-    zones[z.zone] = Zone(f"{stack.region}-{z.zone}", region=stack.region, hub=stack.hub, zone=z,
-                         hub_kubeconfig=hub, hub_provider=hub_provider)
+with our_errors_cleanly():  # e.g. a Gateway API bundle that cannot be fetched: its message, no traceback
+    for z in stack.zones:
+        zones[z.zone] = Zone(f"{stack.region}-{z.zone}", region=stack.region, hub=stack.hub, zone=z,
+                             hub_kubeconfig=hub, hub_provider=hub_provider)
 
 pulumi.export("region", stack.region)
 pulumi.export("zones", {name: {"url": zone.url, "ready": zone.ready, "identityThumbprint": zone.identity_thumbprint}

@@ -96,3 +96,17 @@ def test_a_plain_text_hub_kubeconfig_is_refused_with_the_command(tmp_path):
     stack.set_config("kontinuum:hubKubeconfig", "apiVersion: v1\nkind: Config\n", secret=True)
     out = _text(stack.run("preview", check=False, timeout=300))
     assert "is plain text" not in out and "invalid stack config" not in out, out
+
+
+def test_an_error_of_ours_while_registering_is_its_message_alone(tmp_path):
+    cfg = yaml.safe_load(LAB_STACK.read_text())["config"]
+    cfg["kontinuum:hubKubeconfigFile"] = str(tmp_path / "no-hub.yaml")
+    # Fetched when the zone registers; nothing listens there (refused at once, loopback only).
+    cfg["kontinuum:defaults"]["addons"]["gatewayApi"]["source"] = "https://127.0.0.1:1/standard-install.yaml"
+    cfg["kontinuum:zones"] = [{"zone": "a", "talosAddresses": ["127.0.10.250"]}]
+    stack = Stack(ROOT, "fetch", tmp_path / "state", passphrase="e2e-config", config_file=tmp_path / "Pulumi.fetch.yaml",
+                  extra_env={"KONTINUUM_CACHE": str(tmp_path / "cache")}).init()
+    stack.write_config_file({"config": cfg})
+    out = _text(stack.run("preview", check=False, timeout=300))
+    assert "https://127.0.0.1:1/standard-install.yaml: cannot download" in out, out
+    assert "Traceback" not in out and "non-zero exit code" not in out, out
