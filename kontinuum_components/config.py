@@ -257,7 +257,7 @@ def problems(raw: dict, *, secret_keys: frozenset[str] | None = None) -> tuple[S
             value = schema.check(f, raw[key], key, errs)
             if value is not None:
                 clean[key] = value
-        elif f.required and key not in raw:
+        elif f.required and raw.get(key) is None:
             errs.add(f"{contract.NAMESPACE}:{key}" if key == "region" else key,
                      "required" if key == "region" else "required: dnsDomain, grpcEndpoint, acme and auth of the hub")
     # `defaults` are checked once, under `defaults.…`; each zone on its own before the merge.

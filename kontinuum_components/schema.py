@@ -133,7 +133,7 @@ def check(f: Field, value: Any, path: str, errors: list[ConfigError]) -> Any:
         errors.append(ConfigError(path, f"must be {_expected(f)}, got {_describe(value)}"))
         return None
     words, test = _TYPES[f.type]
-    if f.type == "number" and isinstance(value, bool) or not test(value):
+    if not test(value):
         errors.append(ConfigError(path, f"must be {words}, got {_describe(value)}"))
         return None
     if f.enum is not None and value not in f.enum:
@@ -177,7 +177,7 @@ def _check_object(f: Field, value: dict, path: str, errors: list[ConfigError]) -
         if checked is not None:
             out[key] = checked
     for key, sub in f.fields.items():
-        if sub.required and key not in value:
+        if sub.required and value.get(key) is None:
             errors.append(ConfigError(f"{prefix}{key}", "required"))
     return out
 

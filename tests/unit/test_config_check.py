@@ -129,3 +129,38 @@ def test_checker_on_the_shipped_stacks():
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.count(": ok (") == len(files)
+
+
+def test_any_mangled_config_gives_config_errors_never_a_crash(monkeypatch):
+    """Seeded mutations of a full config (wrong types, nulls, empty containers, junk keys)
+    anywhere: the whole check answers with path-precise problems or a stack, nothing else."""
+    import random
+
+    monkeypatch.setattr(render_check, "find_validator", lambda: None)  # pure Python here; Go in conformance/
+    rng = random.Random(14)
+    junk = [None, "", "x", 0, -1, 3.5, True, [], {}, ["a"], {"a": 1}, [{}], "10.0.0.5", "https://x:1"]
+
+    def containers(node, out):
+        if isinstance(node, dict):
+            out.append(node)
+            for v in node.values():
+                containers(v, out)
+        elif isinstance(node, list):
+            out.append(node)
+            for v in node:
+                containers(v, out)
+        return out
+
+    for _ in range(300):
+        raw = copy.deepcopy(FULL)
+        for _ in range(rng.randint(1, 4)):
+            target = rng.choice(containers(raw, []))
+            if isinstance(target, dict) and target and rng.random() < 0.8:
+                target[rng.choice(list(target))] = copy.deepcopy(rng.choice(junk))
+            elif isinstance(target, dict):
+                target[rng.choice(["zonez", "x", "talosVersion"])] = copy.deepcopy(rng.choice(junk))
+            elif target:
+                target[rng.randrange(len(target))] = copy.deepcopy(rng.choice(junk))
+        result = validation.validate(raw, secret_keys=None, render=True, validator=None)
+        assert result.errors or result.stack is not None
+        assert all(e.path or e.problem for e in result.errors)

@@ -362,3 +362,16 @@ def test_allow_empty_region_is_part_of_the_contract():
     assert parse(raw).allow_empty_region is True
     raw["allowEmptyRegion"] = "yes"
     assert "allowEmptyRegion: must be true or false, got a string ('yes')" in problems(raw)
+
+
+@pytest.mark.parametrize("path,expected", [
+    ("region", "kontinuum:region: required"),
+    ("hub", "hub: required: dnsDomain, grpcEndpoint, acme and auth of the hub"),
+    ("zones[].zone", "zones[0].zone: required"),
+    ("zones[].talosAddresses", "zones[0].talosAddresses: required"),
+    ("hub.acme.email", "hub.acme.email: required"),
+])
+def test_an_empty_yaml_value_of_a_required_key_is_missing_not_silently_dropped(path, expected):
+    raw = copy.deepcopy(FULL)
+    _set(raw, path, None)
+    assert expected in problems(raw)
