@@ -48,7 +48,12 @@ def from_engine(values: dict[str, Any]) -> dict:
 
 def read_stack_file(path: Path) -> tuple[dict, frozenset[str]]:
     """`kontinuum:*` keys of a Pulumi.<stack>.yaml, and which of them are `secure:` values."""
-    doc = yaml.safe_load(path.read_text()) or {}
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:  # its text quotes the line, which may hold a secret: the place only
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError("", f"not valid YAML{where}") from None
     values = doc.get("config") or {} if isinstance(doc, dict) else {}
     if not isinstance(values, dict):
         raise ConfigError("config", "must be a mapping of `kontinuum:<key>: value`")

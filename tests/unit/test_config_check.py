@@ -164,3 +164,14 @@ def test_any_mangled_config_gives_config_errors_never_a_crash(monkeypatch):
         result = validation.validate(raw, secret_keys=None, render=True, validator=None)
         assert result.errors or result.stack is not None
         assert all(e.path or e.problem for e in result.errors)
+
+
+def test_checker_on_a_broken_file_says_so_in_one_line(tmp_path):
+    path = tmp_path / "Pulumi.broken.yaml"
+    path.write_text("config:\n  kontinuum:hubKubeconfig: secret-value: [\n")
+    out = subprocess.run([sys.executable, "-m", "kontinuum", "check", str(path), str(tmp_path / "Pulumi.none.yaml")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1
+    assert f"{path}: not valid YAML at line 2, column" in out.stderr
+    assert f"{tmp_path / 'Pulumi.none.yaml'}: cannot read (No such file or directory)" in out.stderr
+    assert "Traceback" not in out.stderr and "secret-value" not in out.stderr
