@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import yaml
+
 from kontinuum.errors import ConfigError, KontinuumError
 from kontinuum.talos import configpatch, machineconfig, pki, secrets
 from kontinuum_components.config import StackConfig, Zone
@@ -137,8 +139,22 @@ def find_validator() -> str | None:
     return str(candidate) if bin_dir and os.access(candidate, os.X_OK) else None
 
 
+def _key_paths(node, prefix: str = "") -> list[str]:
+    if not isinstance(node, dict) or not node:
+        return [prefix] if prefix else []
+    return [p for k, v in node.items() for p in _key_paths(v, f"{prefix}.{k}" if prefix else str(k))]
+
+
 def _machinery_text(error: str) -> str:
-    """machinery's multierror layout (`1 error occurred:\\n\\t* …`) as one line."""
+    """machinery's multierror layout (`1 error occurred:\\n\\t* …`) as one line. Unknown keys are
+    named by their paths only: machinery quotes their values, which a patch may hold secrets in."""
+    head, sep, tail = error.partition("unknown keys found during decoding:")
+    if sep:
+        try:
+            keys = _key_paths(yaml.safe_load(tail))
+        except yaml.YAMLError:
+            keys = []
+        return " ".join(head.split()) + f" unknown keys {', '.join(keys) or '(unreadable)'}"
     items = [line.strip()[2:] for line in error.splitlines() if line.strip().startswith("* ")]
     items = [i for i in items if not re.search(r"errors? occurred:$", i)]
     return " ".join(("; ".join(items) or error).split())

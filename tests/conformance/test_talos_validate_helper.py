@@ -46,11 +46,12 @@ def test_valid_stack_passes_talos_validator_in_one_batch(helper):
 def test_talos_rejects_what_only_talos_knows_with_zone_pool_and_node(helper):
     raw = copy.deepcopy(FULL)
     raw["zones"][0]["workers"][0]["patches"] = [{"machine": {"kubelet": {"nodeIP": {"validSubnets": ["not-a-cidr"]}}}}]
-    raw["zones"][0]["controlPlane"]["patches"] = [{"machine": {"installDiskk": "/dev/sdb"}}]
+    raw["zones"][0]["controlPlane"]["patches"] = [{"machine": {"installDiskk": "/dev/sdb", "registry": {"pasword": "s3cr3t"}}}]
     out = [str(e) for e in render_check.check(config.parse(raw), raw, validator=helper).errors]
     assert len(out) == 2, out
     cp, worker = sorted(out)
-    assert cp.startswith("zones[0].controlPlane: Talos rejects the patched machine config: load:") and "installDiskk" in cp
+    assert cp.startswith("zones[0].controlPlane: Talos rejects the patched machine config: load:")
+    assert "unknown keys machine.installDiskk, machine.registry.pasword" in cp and "s3cr3t" not in cp
     assert cp.endswith("(zone eu-1a, pool controlplane, nodes 10.0.0.5, 10.0.0.6, 10.0.0.7)")
     assert worker.startswith("zones[0].workers[0]: Talos rejects the patched machine config:")
     assert worker.endswith("(zone eu-1a, pool general, node 10.0.1.21)")
