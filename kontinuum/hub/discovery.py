@@ -90,7 +90,7 @@ def probe_and_record(inv: Inventory, name: str, interfaces: list[str], *, port: 
         status = {"discovered": False,
                   "conditions": [_condition(False, "Unreachable", "; ".join(errors))]}
     inv.set_status(name, status)
-    if found is None and raise_if_unreachable:
+    if not status["discovered"] and raise_if_unreachable:
         raise DiscoveryFailed(
             f"Instance {name}: no address answered in maintenance mode within {timeout:.0f} s each "
             f"({'; '.join(errors)}). Check that the machine is booted into Talos maintenance mode and "
