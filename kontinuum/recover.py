@@ -37,6 +37,7 @@ from pathlib import Path
 
 import yaml
 
+from kontinuum import file_backend
 from kontinuum.errors import KontinuumError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,30 +86,6 @@ def without(deployment: dict, ops: list[dict]) -> dict:
     return {**deployment, "pending_operations": kept}
 
 
-# -- locks (file backend) -----------------------------------------------------------------------
-
-
-def lock_files(backend_url: str, project: str, stack: str) -> list[Path]:
-    if not backend_url.startswith("file://"):
-        return []
-    root = Path(backend_url[len("file://"):]).expanduser() / ".pulumi" / "locks"
-    return sorted(root.glob(f"*/{project}/{stack}/*.json"))
-
-
-def engine_running(pid: int) -> bool:
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(") ", 1)[-1].split()[0] != "Z" and bool(argv) and argv[0].endswith(b"pulumi")
-
-
-def stale(lock: dict, hostname: str) -> bool:
-    """A lock whose engine provably no longer runs: this host, pid gone (or not an engine now)."""
-    return lock.get("hostname") == hostname and not engine_running(int(lock.get("pid") or 0))
-
-
 # -- the engine ---------------------------------------------------------------------------------
 
 
@@ -148,8 +125,10 @@ def clear_stale_locks(stack: str, cwd: Path, log) -> None:
         project = yaml.safe_load((cwd / "Pulumi.yaml").read_text())["name"]
     except (OSError, KeyError, TypeError, yaml.YAMLError):
         return  # not a project folder: the engine will say so
-    locks = lock_files(os.environ.get("PULUMI_BACKEND_URL", ""), project, stack.rsplit("/", 1)[-1])
+    backend = os.environ.get("PULUMI_BACKEND_URL", "")
+    locks = file_backend.lock_files(backend, project, stack.rsplit("/", 1)[-1])
     if not locks:
+        repair(backend, project, stack, log)
         return
     host = socket.gethostname()
     contents = []
@@ -158,16 +137,22 @@ def clear_stale_locks(stack: str, cwd: Path, log) -> None:
             contents.append(json.loads(f.read_text()))
         except (OSError, ValueError):
             contents.append({})
-    live = [c for c in contents if not stale(c, host)]
+    live = [c for c in contents if not file_backend.stale(c, host)]
     if live:
         who = ", ".join(f"pid {c.get('pid')} on {c.get('hostname')} since {c.get('timestamp')}" for c in live)
         raise RecoverError(f"stack {stack} is locked by a run that may still be going ({who}); wait for it, or, "
                            f"once you know it is dead, run `tools/pulumi cancel --stack {stack} --yes` and re-run")
+    repair(backend, project, stack, log)  # `cancel` loads the checkpoint: it must be readable
     r = engine("cancel", "--yes", "--stack", stack, cwd=cwd)
     if r.returncode != 0:
         raise RecoverError(f"`pulumi cancel` of the stale lock failed: {r.stderr.strip()[-800:]}")
     log(f"recover: cleared {len(locks)} stale lock(s) of stack {stack} (engine pid "
         f"{', '.join(str(c.get('pid')) for c in contents)} on this host is gone)")
+
+
+def repair(backend: str, project: str, stack: str, log) -> None:
+    for path in file_backend.repair_attributes(backend, project, stack.rsplit("/", 1)[-1]):
+        log(f"recover: rewrote {path.name}, which the killed run left half-written")
 
 
 def secret_value(v):

@@ -3,12 +3,13 @@ operations are dropped, which Helm records are cleared, which locks are stale.""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
 
-from kontinuum import recover
+from kontinuum import file_backend, recover
 from kontinuum.kube.helm_records import Record, records_to_clear
 
 STACK = "urn:pulumi:lab::kontinuum::"
@@ -73,10 +74,10 @@ def test_a_lock_is_stale_only_on_this_host_with_its_engine_gone():
     host = socket.gethostname()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    assert recover.stale({"hostname": host, "pid": dead.pid}, host)
-    assert not recover.stale({"hostname": "another-runner", "pid": dead.pid}, host)
+    assert file_backend.stale({"hostname": host, "pid": dead.pid}, host)
+    assert not file_backend.stale({"hostname": "another-runner", "pid": dead.pid}, host)
     # alive, but not an engine (a reused pid): stale; the test process itself is python
-    assert recover.stale({"hostname": host, "pid": os.getpid()}, host)
+    assert file_backend.stale({"hostname": host, "pid": os.getpid()}, host)
 
 
 def test_secret_values_from_an_export_with_secrets_shown():
@@ -93,3 +94,21 @@ def test_release_target_reads_name_namespace_and_the_providers_kubeconfig():
     release["resource"]["provider"] = f"{provider}::0b1c"
     deployment = {"resources": [{"urn": provider, "inputs": {"kubeconfig": {"plaintext": '"kc"'}}}]}
     assert recover.release_target(release, deployment) == ("kube-system", "cilium", "kc")
+
+
+def test_checkpoint_sidecars_left_half_written_are_rewritten(tmp_path):
+    stacks = tmp_path / ".pulumi" / "stacks" / "kontinuum"
+    stacks.mkdir(parents=True)
+    (stacks / "lab.json").write_text('{"version": 3}')
+    (stacks / "lab.json.attrs").write_text("")  # the kill landed between the rename and the sidecar
+    (stacks / "lab.json.bak").write_text('{"version": 2}')
+    good = {"user.content_type": "text/plain; charset=utf-8", "md5": file_backend.md5(b'{"version": 2}')}
+    (stacks / "lab.json.bak.attrs").write_text(json.dumps(good))
+    (stacks / "lab.json.1234.tmp").write_text("{")
+    fixed = file_backend.repair_attributes(f"file://{tmp_path}", "kontinuum", "lab")
+    assert fixed == [stacks / "lab.json.attrs"]
+    attrs = json.loads((stacks / "lab.json.attrs").read_text())
+    assert attrs["md5"] == file_backend.md5(b'{"version": 3}') and attrs["user.content_type"].startswith("text/plain")
+    assert json.loads((stacks / "lab.json.bak.attrs").read_text()) == good
+    assert file_backend.repair_attributes(f"file://{tmp_path}", "kontinuum", "lab") == []
+    assert file_backend.repair_attributes("s3://bucket", "kontinuum", "lab") == []
