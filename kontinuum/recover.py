@@ -32,6 +32,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +44,7 @@ from kontinuum.errors import KontinuumError
 ROOT = Path(__file__).resolve().parent.parent
 WRAPPER = ROOT / "tools" / "pulumi"
 ENGINE_TIMEOUT = 300.0  # seconds for one engine command (export/import/cancel)
+EMPTY_LOCK_AGE = 10.0  # seconds after which an unreadable lock file counts as a killed run's
 CLUSTER_TIMEOUT = 10.0  # seconds per Kubernetes call when clearing Helm records
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 
@@ -136,7 +138,9 @@ def clear_stale_locks(stack: str, cwd: Path, log) -> None:
         try:
             contents.append(json.loads(f.read_text()))
         except (OSError, ValueError):
-            contents.append({})
+            # an engine writes its lock at once: one left unreadable for a while was killed writing it
+            old = time.time() - f.stat().st_mtime > EMPTY_LOCK_AGE if f.exists() else True
+            contents.append({"hostname": host, "pid": 0} if old else {})
     live = [c for c in contents if not file_backend.stale(c, host)]
     if live:
         who = ", ".join(f"pid {c.get('pid')} on {c.get('hostname')} since {c.get('timestamp')}" for c in live)
