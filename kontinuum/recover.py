@@ -14,7 +14,8 @@ it asks for an interactive `pulumi refresh`. Per resource type, ours are safe to
   when only the engine's bookkeeping was lost) are deleted, never the release's objects; Helm
   adopts those on the next install. An upgrade killed midway leaves a pending-upgrade record
   that blocks every later upgrade: it is deleted too (kontinuum.kube.helm_records);
-- provider resources of the engine itself: dropped (re-created in-engine).
+- provider resources of the engine itself, and components (no provider ever called for
+  them): dropped, registered again by the next run.
 
 A lock is cleared only when it is provably stale: written on this host by a pid that no longer
 runs the engine. Anything else stops recovery with what to do.
@@ -47,6 +48,7 @@ ENGINE_TIMEOUT = 300.0  # seconds for one engine command (export/import/cancel)
 EMPTY_LOCK_AGE = 10.0  # seconds after which an unreadable lock file counts as a killed run's
 CLUSTER_TIMEOUT = 10.0  # seconds per Kubernetes call when clearing Helm records
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
+OURS = ("pulumi-python:dynamic", "kubernetes:", "pulumi:providers:")  # custom types whose creates are ours to redo
 
 
 class RecoverError(KontinuumError):
@@ -74,7 +76,7 @@ def plan(deployment: dict) -> Plan:
             out.helm.append(op)
         if kind != "creating":
             continue  # the engine drops it on the next run and runs the step again
-        if rtype == HELM_RELEASE or rtype.startswith(("pulumi-python:dynamic", "kubernetes:", "pulumi:providers:")):
+        if not res.get("custom") or rtype == HELM_RELEASE or rtype.startswith(OURS):
             out.drop.append(op)
         else:
             out.unknown.append(op)

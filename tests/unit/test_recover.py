@@ -17,7 +17,7 @@ STACK = "urn:pulumi:lab::kontinuum::"
 
 def op(kind: str, rtype: str, name: str, parent: str = "kontinuum:index:Zone$") -> dict:
     urn = f"{STACK}{parent}{rtype}::{name}"
-    return {"type": kind, "resource": {"urn": urn, "type": rtype, "inputs": {"name": name}}}
+    return {"type": kind, "resource": {"urn": urn, "type": rtype, "custom": True, "inputs": {"name": name}}}
 
 
 def test_pending_creates_of_our_types_are_dropped_and_helm_ops_get_their_records_cleared():
@@ -26,10 +26,12 @@ def test_pending_creates_of_our_types_are_dropped_and_helm_ops_get_their_records
            op("creating", "kubernetes:helm.sh/v3:Release", "lab-a-cilium"),
            op("updating", "kubernetes:helm.sh/v3:Release", "lab-b-cilium"),
            op("deleting", "pulumi-python:dynamic:Resource", "lab-b-guard"),
-           op("creating", "pulumi:providers:kubernetes", "lab-a-provider", parent="")]
+           op("creating", "pulumi:providers:kubernetes", "lab-a-provider", parent=""),
+           {**op("creating", "kontinuum:index:Zone", "lab-a", parent=""), "resource": {
+               "urn": f"{STACK}kontinuum:index:Zone::lab-a", "type": "kontinuum:index:Zone", "custom": False}}]
     p = recover.plan({"pending_operations": ops})
-    assert [o["resource"]["inputs"]["name"] for o in p.drop] == ["lab-a-join", "lab-a-ns", "lab-a-cilium",
-                                                                  "lab-a-provider"]
+    assert [o["resource"]["urn"].rsplit("::", 1)[1] for o in p.drop] == ["lab-a-join", "lab-a-ns", "lab-a-cilium",
+                                                                          "lab-a-provider", "lab-a"]
     assert [(o["type"], o["resource"]["inputs"]["name"]) for o in p.helm] == [("creating", "lab-a-cilium"),
                                                                             ("updating", "lab-b-cilium")]
     assert p.unknown == []  # the pending delete is left to the engine: it deletes again
