@@ -37,3 +37,27 @@ def test_json_schema_knows_every_key_of_the_shipped_stacks_and_refuses_others():
         assert text.startswith("# yaml-language-server: $schema=kontinuum.schema.json"), path
         for key in yaml.safe_load(text)["config"]:
             assert key in props, (path, key)
+
+
+def test_json_schema_patterns_accept_the_shipped_values():
+    """Every `pattern` on the way to a shipped stack's value matches it (the Python check is the
+    precise one; the patterns must never refuse what it accepts)."""
+    kinds = {"string": str, "object": dict, "array": list}
+
+    def walk(node, value):
+        if not isinstance(node, dict):
+            return
+        for option in node.get("anyOf", []):
+            if kinds.get(option.get("type")) is type(value):
+                walk(option, value)
+        if "pattern" in node and isinstance(value, str):
+            assert re.search(node["pattern"], value), (node["pattern"], value)
+        if isinstance(value, dict):
+            for key, sub in value.items():
+                walk((node.get("properties") or {}).get(key) or node.get("additionalProperties"), sub)
+        if isinstance(value, list):
+            for item in value:
+                walk(node.get("items"), item)
+
+    for path in (ROOT / "stacks").glob("Pulumi.*.yaml"):
+        walk(schema_cli.stack_file_schema()["properties"]["config"], yaml.safe_load(path.read_text())["config"])
