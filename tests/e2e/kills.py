@@ -152,7 +152,7 @@ def thaw(pids: list[int]) -> None:
             pass
 
 
-def freeze_until_pending(proc: subprocess.Popen, stack: Stack, urn: str, timeout: float = 20):
+def freeze_until_pending(proc: subprocess.Popen, stack: Stack, urn: str, op: str, timeout: float = 20):
     """Freeze the run (engine and plugins) at once, then let only the engine go in 20 ms slices
     until its checkpoint holds `urn` as pending: the provider cannot finish the step meanwhile.
     Returns (the pending operation, the frozen plugins), or None when the step had finished
@@ -161,10 +161,10 @@ def freeze_until_pending(proc: subprocess.Popen, stack: Stack, urn: str, timeout
     plugins = freeze(proc, stack)
     while True:
         cp = checkpoint(stack)
-        for op in cp.get("pending_operations") or []:
-            if op["resource"]["urn"] == urn:
-                return op, plugins
-        if any(r["urn"] == urn for r in cp.get("resources") or []):
+        for entry in cp.get("pending_operations") or []:
+            if entry["resource"]["urn"] == urn:
+                return entry, plugins
+        if any(r["urn"] == urn for r in cp.get("resources") or []) == (op == "create"):  # done already
             thaw(plugins)
             os.killpg(proc.pid, signal.SIGCONT)
             return None
@@ -206,7 +206,7 @@ def run_killed(stack: Stack, command: str, log: Path, op: str, seen: set[str], *
                 k = kind(pre) if meta.get("op") == op else None
                 if k is None or k in seen:
                     continue
-                frozen = freeze_until_pending(proc, stack, meta["urn"])
+                frozen = freeze_until_pending(proc, stack, meta["urn"], op)
                 if frozen is None:
                     continue  # finished before the freeze: the next step of this kind is the kill point
                 entry, plugins = frozen
