@@ -36,7 +36,7 @@ from providers.talos_common import (TRANSIENT, Inputs, config_hash, info, known,
 ROLES = ("controlplane", "worker")
 REPLACE_ON = ("instance", "role")
 UPDATE_ON = ("address", "pool", "talosPort", "talosconfig", "hubKubeconfig", "applyTimeout", "resetTimeout",
-             "resetOnDelete", "leaveEtcdOnDelete", "skipUnreachable", "wipe")
+             "resetOnDelete", "leaveEtcdOnDelete", "skipUnreachable", "wipe", "drain")
 SECRET_OUTPUTS = ("config", "talosconfig", "hubKubeconfig")
 
 
@@ -54,6 +54,7 @@ def check_config_apply(news: dict, olds: dict | None = None) -> Inputs:
     inputs.seconds("resetTimeout", WAIT_DEFAULTS.reset)
     inputs.flag("resetOnDelete", True)
     inputs.flag("skipUnreachable", False)
+    inputs.flag("drain", True)
     role = inputs.news.get("role")
     inputs.flag("leaveEtcdOnDelete", role == "controlplane" if role in ROLES else None)
     config = inputs.secret_text("config", "the rendered machine config")
@@ -278,6 +279,7 @@ class ConfigApply(Resource):
         pool: str | None = None,
         hub_kubeconfig: pulumi.Input[str] | None = None,
         wipe: str = "state",
+        drain: bool = True,
         talos_port: pulumi.Input[int] = APID_PORT,
         apply_timeout: pulumi.Input[float] = WAIT_DEFAULTS.apply,
         reset_timeout: pulumi.Input[float] = WAIT_DEFAULTS.reset,
@@ -292,6 +294,7 @@ class ConfigApply(Resource):
             "address": address,
             "hubKubeconfig": pulumi.Output.secret(hub_kubeconfig) if hub_kubeconfig is not None else None,
             "wipe": wipe,
+            "drain": drain,  # cordon and drain its Node before a reset
             "talosPort": talos_port,
             "config": pulumi.Output.secret(config),
             "talosconfig": pulumi.Output.secret(talosconfig),

@@ -101,10 +101,12 @@ def find_joined(items: list[dict], region: str, zone: str, *, now: dt.datetime |
         if age > max_age:
             return None, (f"Kontinuum {name} last heartbeated at {stamp}, {age:.0f} s ago "
                           f"(more than {max_age:g} s: stale)")
-    if newer_than is not None and (written_at(obj) or beat) < newer_than[0].replace(microsecond=0):
+    taken = written_at(obj)
+    if newer_than is not None and (taken or beat) < newer_than[0].replace(microsecond=0):
         since = newer_than[0].strftime("%Y-%m-%dT%H:%M:%SZ")
-        return None, (f"Kontinuum {name} last heartbeated at {stamp}, too old: waiting for one at or after "
-                      f"{since} ({newer_than[1]}; a zone clock far behind would also show this)")
+        when = f" (the hub took it at {taken.strftime('%Y-%m-%dT%H:%M:%SZ')})" if taken else ""
+        return None, (f"Kontinuum {name} last heartbeated at {stamp}{when}, too old: waiting for one the hub takes "
+                      f"at or after {since} ({newer_than[1]}, by the hub's clock)")
     return Joined(name, stamp, (obj.get("spec") or {}).get("endpoint")), f"Kontinuum {name} heartbeat {stamp}"
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -67,9 +68,8 @@ def planned(stack) -> list[tuple[str, str, str]]:
             continue
         qualified, name = s["urn"].rsplit("::", 2)[-2:]
         kind = qualified.rsplit("$", 1)[-1]
-        if kind == "pulumi-python:dynamic:Resource":
-            kind = "member" if qualified.endswith("TalosCluster$" + kind) else "instance" if qualified.endswith(
-                "Zone$" + kind) else "dynamic"
+        if kind == "pulumi-python:dynamic:Resource" and re.search(r"-[0-9a-f]{8}$", name):
+            kind = "member" if qualified.endswith("TalosCluster$" + kind) else "instance"
         steps.append((s["op"], kind, name))
     return steps
 

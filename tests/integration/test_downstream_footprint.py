@@ -263,9 +263,11 @@ def test_component_dependency_order(mocked):
         assert deps[f"{n}-{s}"] == [f"{n}-namespace"]
     assert sorted(deps[f"{n}-deployment"]) == sorted(f"{n}-{s}" for s in ("env-secret", "env-configmap",
                                                                           "identity-secret", "hub-identity"))
-    chain = ["deployment", "service", "cluster-issuer", "gateway", "certificate", "certificate-ready", "httproute"]
+    chain = ["deployment", "service", "cluster-issuer", "gateway", "certificate", "certificate-ready"]
     for before, after in zip(chain, chain[1:]):
         assert f"{n}-{before}" in deps[f"{n}-{after}"], (before, after)
+    # The route exists before the readiness wait (seeds), right after the Gateway it attaches to.
+    assert deps[f"{n}-httproute"] == [f"{n}-gateway"] and f"{n}-httproute" in deps[f"{n}-certificate-ready"]
 
 
 def test_component_providers_and_secrets(mocked):
