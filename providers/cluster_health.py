@@ -20,7 +20,7 @@ from kontinuum.talos.errors import ClusterUnhealthyError, TalosError
 from kontinuum.talos.transport import APID_PORT
 from kontinuum.talos.waits import WAIT_DEFAULTS, NotYet, WaitTimeout, wait_until
 from providers.common import diff_inputs, with_secret_outputs
-from providers.talos_common import TRANSIENT, Inputs, info, node_client
+from providers.talos_common import TRANSIENT, Inputs, cluster_kubeconfig, info, node_client
 
 UPDATE_ON = ("address", "talosPort", "talosconfig", "controlPlaneNodes", "workerNodes", "timeout")
 
@@ -44,11 +44,24 @@ JOIN_PROBE = 5.0  # seconds to ask a listed worker whether it runs this cluster'
 
 
 def joined_workers(props: dict) -> list[str]:
-    """The listed workers that run this cluster's config now (they answer over mTLS with its
-    talosconfig): Talos's check wants the node set as it is, and a worker that has not joined
-    yet (the gate runs before workers join) or was reset is not part of it."""
+    """The workers in the cluster now: those listed, and those the cluster still has a Node for
+    (a machine on its way out: the engine deletes a leaving machine's resources after every
+    update of this run), each only while it runs this cluster's config (it answers over mTLS
+    with its talosconfig). Talos's check wants the node set as it is; a listed worker that has
+    not joined yet (the gate runs before workers join) is not part of it."""
+    from kontinuum.kube.clients import describe_error  # the provider process only: keeps the program light
+    from kontinuum.kube.drain import internal_ips
+
+    cps = set(props["controlPlaneNodes"])
+    candidates = list(props.get("workerNodes") or [])
+    kubeconfig = cluster_kubeconfig(props, first=props["address"])
+    if kubeconfig is not None:
+        try:
+            candidates += [ip for ip in internal_ips(kubeconfig) if ip not in cps and ip not in candidates]
+        except Exception as exc:  # noqa: BLE001 - the check itself will say what is wrong with the API
+            info(f"{props['address']}: the cluster's Nodes could not be listed ({describe_error(exc)})")
     joined = []
-    for worker in props.get("workerNodes") or []:
+    for worker in candidates:
         try:
             node_client(props, worker).version(timeout=JOIN_PROBE)
             joined.append(worker)

@@ -14,14 +14,13 @@ import time
 from typing import Callable
 
 from kontinuum.errors import KontinuumError
-from kontinuum.talos import talosconfig
 from kontinuum.talos.client import TalosClient
 from kontinuum.talos.errors import TalosError, TlsTrustError
 from kontinuum.talos.waits import NotYet, WaitTimeout, wait_until
-from providers.talos_common import TRANSIENT, info, machine_inventory, maintenance_client, node_client, warn
+from providers.talos_common import (TRANSIENT, cluster_kubeconfig, info, machine_inventory, maintenance_client,
+                                     node_client, warn)
 
 WIPES = {"state": ("STATE", "EPHEMERAL"), "disk": ()}  # system partitions a reset wipes; () = the disk
-KUBECONFIG_TRY = 10.0  # seconds to get the admin kubeconfig from one control plane
 DRAIN_BOUND = 300.0  # seconds at most for a drain (and half of what is left of resetTimeout)
 
 
@@ -163,19 +162,6 @@ def teardown(props: dict) -> None:
         _remove_node(*drained, address)
 
 
-def _cluster_kubeconfig(props: dict) -> str | None:
-    """The admin kubeconfig through a control plane's Talos API (Kubeconfig RPC): the leaving
-    node itself when it is one, else the control planes the talosconfig names."""
-    own = [props["address"]] if props.get("role") == "controlplane" else []
-    for cp in own + [e for e in talosconfig.parse(props["talosconfig"]).endpoints if e != props["address"]]:
-        client = node_client(props, cp)
-        try:
-            return client.kubeconfig(timeout=KUBECONFIG_TRY)
-        except TalosError:
-            continue
-    return None
-
-
 def _drain(props: dict, started: float) -> tuple[str, str] | None:
     """Cordon and drain the machine's Node (PodDisruptionBudgets respected) before anything is
     reset: (kubeconfig, node name) to remove the Node afterwards, or None when there is no
@@ -185,7 +171,7 @@ def _drain(props: dict, started: float) -> tuple[str, str] | None:
     from kontinuum.kube.drain import DrainTimeout, drain
 
     address = props["address"]
-    kubeconfig = _cluster_kubeconfig(props)
+    kubeconfig = cluster_kubeconfig(props, first=props["address"] if props.get("role") == "controlplane" else None)
     if kubeconfig is None:
         info(f"{address}: no control plane hands out a kubeconfig (not bootstrapped, or gone); nothing to drain")
         return None

@@ -20,7 +20,7 @@ from pulumi.runtime import rpc, settings
 from kontinuum.errors import ConfigError
 from kontinuum.talos import talosconfig
 from kontinuum.talos.client import TalosClient
-from kontinuum.talos.errors import NodeUnreachableError, TalosTimeoutError, TlsTrustError
+from kontinuum.talos.errors import NodeUnreachableError, TalosError, TalosTimeoutError, TlsTrustError
 from kontinuum.talos.transport import APID_PORT
 
 _log = logging.getLogger("kontinuum.providers.talos")
@@ -86,6 +86,21 @@ def machine_inventory(props: dict):
     from kontinuum.hub.inventory import Inventory
 
     return Inventory.from_kubeconfig(props["hubKubeconfig"])
+
+
+KUBECONFIG_TRY = 10.0  # seconds to get the admin kubeconfig from one control plane
+
+
+def cluster_kubeconfig(props: dict, first: str | None = None) -> str | None:
+    """The cluster's admin kubeconfig through a control plane's Talos API (Kubeconfig RPC):
+    `first`, then the control planes the talosconfig names; None when none hands one out."""
+    endpoints = talosconfig.parse(props["talosconfig"]).endpoints
+    for cp in ([first] if first else []) + [e for e in endpoints if e != first]:
+        try:
+            return node_client(props, cp).kubeconfig(timeout=KUBECONFIG_TRY)
+        except TalosError:
+            continue
+    return None
 
 
 class Inputs:

@@ -35,6 +35,16 @@ def node_for(core: client.CoreV1Api, address: str) -> client.V1Node | None:
     return None
 
 
+def internal_ips(kubeconfig: str) -> list[str]:
+    """The InternalIP of every Node the cluster has now."""
+    api = api_client(kubeconfig)
+    try:
+        nodes = client.CoreV1Api(api).list_node(_request_timeout=REQUEST_TIMEOUT).items
+    finally:
+        api.close()
+    return [a.address for n in nodes for a in (n.status.addresses or []) if n.status and a.type == "InternalIP"]
+
+
 def _movable(pod: client.V1Pod) -> bool:
     if pod.metadata.deletion_timestamp is not None or (pod.status and pod.status.phase in ("Succeeded", "Failed")):
         return False
