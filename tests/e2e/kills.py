@@ -213,7 +213,7 @@ def run_killed(stack: Stack, command: str, log: Path, op: str, seen: set[str], *
                 status = None
                 if k == "helm" and helm_record:
                     thaw(plugins)  # the kubernetes plugin installs, the engine stays frozen
-                    status = helm_record(entry, proc)
+                    status = helm_record(entry, lambda: freeze(proc, stack))  # frozen again at the record
                 at_kill, after = kill(proc, stack)
                 return Kill(k, op, meta["urn"], after, at_kill, status)
             assert time.monotonic() < deadline, f"`pulumi {command}` still running after {timeout:g} s"

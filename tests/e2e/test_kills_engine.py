@@ -73,8 +73,9 @@ def zone_kubeconfig(lab: Path, zone: str) -> str | None:
 
 def helm_record_watcher(lab: Path):
     """Waits, the engine frozen and the kubernetes plugin still installing, for the release
-    record the install writes before any object: the kill then lands inside `helm install`."""
-    def watch(entry: dict, proc) -> str | None:
+    record the install writes before any object, then freezes the plugin too: the kill then
+    lands inside `helm install`. Returns the record's status at the kill."""
+    def watch(entry: dict, refreeze) -> str | None:
         inputs = entry["resource"].get("inputs") or {}
         zone = entry["resource"]["urn"].rsplit("::", 1)[-1].split("-")[1]
         kubeconfig = zone_kubeconfig(lab, zone)
@@ -90,7 +91,10 @@ def helm_record_watcher(lab: Path):
             except Exception:  # noqa: BLE001 - the apiserver may be busy; the deadline bounds it
                 items = []
             if items:
-                return items[0].metadata.labels.get("status")
+                refreeze()
+                items = core.list_namespaced_secret(inputs.get("namespace") or "default", label_selector=selector,
+                                                    _request_timeout=5).items
+                return items[0].metadata.labels.get("status") if items else None
             time.sleep(0.01)
         return None
     return watch
