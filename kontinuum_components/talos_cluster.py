@@ -97,7 +97,9 @@ class TalosCluster(pulumi.ComponentResource):
                     leave_etcd_on_delete=role == "controlplane",
                     skip_unreachable=zone.skip_unreachable_cluster,
                     wipe=zone.teardown_wipe,
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=after),
+                    # Its own Instance too: teardown resets the machine before the Instance goes,
+                    # whatever else changed in the pool's dependencies in the same run.
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[*after, instances[m]]),
                 )
                 for m in members[p.name]
             ]

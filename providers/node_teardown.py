@@ -153,13 +153,28 @@ def teardown(props: dict) -> None:
             "again. After a whole-disk wipe (wipe: disk) a machine comes back only if it boots from the network or an ISO."
         ),
     )
-    inv = machine_inventory(props)
-    if inv is not None:
-        from kontinuum.hub.discovery import record_found
-
-        record_found(inv, props["instance"], found)  # its new certificate: what the next apply pins
+    _record(props, found)
     if drained is not None:
         _remove_node(*drained, address)
+
+
+def _record(props: dict, found) -> None:
+    """The machine's new maintenance certificate on its hub Instance: what the next apply to it
+    pins. An Instance already unregistered has nothing to record it on."""
+    inv = machine_inventory(props)
+    if inv is None:
+        return
+    from kontinuum.hub.discovery import record_found
+    from kontinuum.hub.inventory import HubError
+
+    if inv.get(props["instance"]) is None:
+        info(f"{props['address']}: Instance {props['instance']} is not registered; its new certificate is not recorded")
+        return
+    try:
+        record_found(inv, props["instance"], found)
+    except HubError as exc:
+        warn(f"{props['address']}: its new maintenance certificate was not recorded ({exc}); "
+             "the next apply to it needs its Instance replaced (`pulumi up --replace`)")
 
 
 def _drain(props: dict, started: float) -> tuple[str, str] | None:
