@@ -152,7 +152,14 @@ def thaw(pids: list[int]) -> None:
             pass
 
 
-def freeze_until_pending(proc: subprocess.Popen, stack: Stack, urn: str, op: str, timeout: float = 20):
+def finished(log: Path, urn: str) -> bool:
+    """Whether the engine reported the step on `urn` done (its outputs event)."""
+    needle = f'"urn":"{urn}"'
+    return any("resOutputsEvent" in line and needle in line.replace(" ", "")
+               for line in log.read_text().splitlines())
+
+
+def freeze_until_pending(proc: subprocess.Popen, stack: Stack, urn: str, op: str, log: Path, timeout: float = 20):
     """Freeze the run (engine and plugins) at once, then let only the engine go in 20 ms slices
     until its checkpoint holds `urn` as pending: the provider cannot finish the step meanwhile.
     Returns (the pending operation, the frozen plugins), or None when the step had finished
@@ -164,7 +171,9 @@ def freeze_until_pending(proc: subprocess.Popen, stack: Stack, urn: str, op: str
         for entry in cp.get("pending_operations") or []:
             if entry["resource"]["urn"] == urn:
                 return entry, plugins
-        if any(r["urn"] == urn for r in cp.get("resources") or []) == (op == "create"):  # done already
+        done = any(r["urn"] == urn for r in cp.get("resources") or []) == (op == "create") if op != "update" \
+            else finished(log, urn)
+        if done:
             thaw(plugins)
             os.killpg(proc.pid, signal.SIGCONT)
             return None
@@ -206,7 +215,7 @@ def run_killed(stack: Stack, command: str, log: Path, op: str, seen: set[str], *
                 k = kind(pre) if meta.get("op") == op else None
                 if k is None or k in seen:
                     continue
-                frozen = freeze_until_pending(proc, stack, meta["urn"], op)
+                frozen = freeze_until_pending(proc, stack, meta["urn"], op, log)
                 if frozen is None:
                     continue  # finished before the freeze: the next step of this kind is the kill point
                 entry, plugins = frozen

@@ -3,10 +3,11 @@ the embedded lab: the two-zone lab stack, SIGKILLed (its whole session, as a dyi
 inside each kind of resource step (Helm release, Kubernetes object, every dynamic resource),
 then re-run plainly through tools/pulumi (which runs `python -m kontinuum recover` first).
 
-Each test is a chain: a run killed inside the first step of a kind not killed yet, the plain
-re-run killed in the next new kind, and so on, until a plain run finishes; every kill is
-recovered by the run after it, which gets further. The finished run has converged: the next
-preview shows no changes and the state holds no pending operation. After every kill nothing
+Kills land in creates (up), a Helm upgrade and deletes (zone removal, destroy). Each test is a
+chain: a run killed inside the first step of a kind not killed yet, the plain re-run killed in
+the next new kind, and so on, until a plain run finishes; every kill is recovered by the run
+after it, which gets further. The finished run has converged: the next preview shows no
+changes and the state holds no pending operation. After every kill nothing
 started for the run may outlive it by more than kills.LEFTOVER_BOUND seconds.
 """
 
@@ -35,6 +36,7 @@ ADDRESSES = ["127.0.36.11", "127.0.36.12"]
 REGION = "lab"
 ZONE_A = {"zone": "a", "talosAddresses": [ADDRESSES[0]]}
 ZONE_B = {"zone": "b", "talosAddresses": [ADDRESSES[1]]}
+ZONE_A_UPGRADED = {**ZONE_A, "addons": {"cilium": {"values": {"e2eKills": "upgraded"}}}}  # a Helm upgrade
 MAX_RUNS = 40  # a chain that has not finished by then is not converging
 DELETES_KILLED: set[str] = set()  # kinds of delete the zone removal chain killed
 
@@ -72,9 +74,9 @@ def zone_kubeconfig(lab: Path, zone: str) -> str | None:
 
 
 def helm_record_watcher(lab: Path):
-    """Waits, the engine frozen and the kubernetes plugin still installing, for the release
-    record the install writes before any object, then freezes the plugin too: the kill then
-    lands inside `helm install`. Returns the record's status at the kill."""
+    """Waits, the engine frozen and the kubernetes plugin still working, for the pending release
+    record an install or upgrade writes before any object, then freezes the plugin too: the kill
+    then lands inside `helm install`/`upgrade`. Returns the latest record's status at the kill."""
     def watch(entry: dict, refreeze) -> str | None:
         inputs = entry["resource"].get("inputs") or {}
         zone = entry["resource"]["urn"].rsplit("::", 1)[-1].split("-")[1]
@@ -90,11 +92,12 @@ def helm_record_watcher(lab: Path):
                                                     _request_timeout=5).items
             except Exception:  # noqa: BLE001 - the apiserver may be busy; the deadline bounds it
                 items = []
-            if items:
+            if any(i.metadata.labels.get("status", "").startswith("pending-") for i in items):
                 refreeze()
                 items = core.list_namespaced_secret(inputs.get("namespace") or "default", label_selector=selector,
                                                     _request_timeout=5).items
-                return items[0].metadata.labels.get("status") if items else None
+                latest = max(items, key=lambda i: int(i.metadata.labels.get("version", "0")), default=None)
+                return latest.metadata.labels.get("status") if latest else None
             time.sleep(0.01)
         return None
     return watch
@@ -159,10 +162,27 @@ def test_up_killed_in_every_kind_of_create_converges_on_plain_reruns(lab, stack)
     assert {z: zones[z]["ready"] for z in zones} == {"a": True, "b": True}
 
 
+def test_helm_upgrade_killed_midway_converges_on_plain_reruns(lab, stack):
+    """New Cilium values for zone a: the upgrade killed with its record pending-upgrade (every
+    later upgrade would fail with "another operation is in progress"), then plain re-runs."""
+    if not kills.checkpoint(stack).get("resources"):
+        pytest.skip("the two-zone stack did not come up")
+    stack.write_config_file({"config": lab_config(lab, [ZONE_A_UPGRADED, ZONE_B])})
+    done, wall = chain(stack, "up", "update", helm_record=helm_record_watcher(lab))
+    print(f"upgrade chain: {len(done)} kills, {wall:.0f} s")
+    helm = [k for k in done if k.kind == "helm"]
+    assert helm and helm[0].helm_status == "pending-upgrade", done
+    runs = "".join(p.read_text() for p in stack.logs.glob("up-update-*.out"))
+    assert "another operation" not in runs
+    assert re.search(r"recover: Helm release [a-z-]+/cilium: deleted record v2 \(pending-upgrade\)", runs), runs[-3000:]
+    assert_no_slow_leftovers(done)
+    assert_converged(stack)
+
+
 def test_removing_a_zone_killed_in_every_kind_of_delete_finishes_on_plain_reruns(lab, stack):
     if not kills.checkpoint(stack).get("resources"):
         pytest.skip("the two-zone stack did not come up")
-    stack.write_config_file({"config": lab_config(lab, [ZONE_A])})
+    stack.write_config_file({"config": lab_config(lab, [ZONE_A_UPGRADED])})
     done, wall = chain(stack, "up", "delete")
     print(f"zone removal chain: {len(done)} kills, {wall:.0f} s")
     DELETES_KILLED.update(k.kind for k in done)
