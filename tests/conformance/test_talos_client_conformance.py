@@ -35,6 +35,9 @@ def test_talos_go_client_accepts_the_emulator(tmp_path: Path) -> None:
     go = _go()
     with Lab(reboot_delay=0.3) as lab:
         node = lab.add_node()
+        # Talos's client resets the whole system disk by default: the machine comes back in
+        # maintenance mode only by booting from the network, which this one does.
+        node.set_faults(netboot=True)
         bundle = secrets.generate()
         spec = mc.ClusterSpec(name="conformance", endpoint=f"https://{node.address}:6443", kubernetes_version="1.34.1")
         config = tmp_path / "controlplane.yaml"
