@@ -218,7 +218,7 @@ def test_values_are_validated_for_what_they_are(path, value, expected):
 
 def test_ipv6_and_host_names_are_addresses():
     raw = copy.deepcopy(FULL)
-    raw["zones"][0]["talosAddresses"][:3] = ["fd00::5", "node-6.example.com", "[::1]" if False else "10.0.0.7"]
+    raw["zones"][0]["talosAddresses"][:3] = ["fd00::5", "node-6.example.com", "10.0.0.7"]
     raw["hub"]["grpcEndpoint"] = "[fd00::1]:443"
     assert parse(raw).zones[0].machines[0].addresses == ("fd00::5",)
 
