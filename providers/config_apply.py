@@ -9,10 +9,7 @@ maintenance mode refuses that, which is expected on a re-run (seeds: best-effort
 the config is then re-applied over mTLS in auto mode. Either way the wait ends only when the
 node answers over mTLS, after its reboot, so the next resource can rely on it.
 update: a changed config is re-applied over mTLS, auto mode, to exactly this node.
-delete: control planes leave etcd first and fail closed when that fails (a reset member
-would cost the cluster quorum); then a reset back to maintenance mode (STATE + EPHEMERAL, as
-Talos documents, or the whole system disk with wipe=disk), waited for, and the machine's new
-maintenance certificate recorded on its hub Instance for the next apply.
+delete: the machine leaves its cluster and is reset to maintenance mode (node_teardown.py).
 Every network step is bounded by applyTimeout or resetTimeout; check and diff are pure.
 """
 
@@ -29,7 +26,7 @@ from kontinuum.talos.errors import FingerprintMismatchError, NotInMaintenanceErr
 from kontinuum.talos.transport import APID_PORT
 from kontinuum.talos.waits import WAIT_DEFAULTS, NotYet, WaitTimeout, wait_until
 from providers.common import diff_inputs, with_secret_outputs
-from providers.node_teardown import WIPES, NodeNotResetError, teardown  # noqa: F401 - NodeNotResetError for callers
+from providers.node_teardown import WIPES, teardown
 from providers.talos_common import (TRANSIENT, Inputs, config_hash, info, known, machine_inventory,
                                      maintenance_client, node_client, warn)
 

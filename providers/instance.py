@@ -57,21 +57,23 @@ class InstanceProvider(ResourceProvider):
     def diff(self, _id, olds, news):
         return diff_inputs(olds, news, replace_on=REPLACE_ON, update_on=UPDATE_ON)
 
-    def _converge(self, props: dict, olds: dict | None = None) -> dict:
+    def _converge(self, props: dict, *, fresh: bool) -> dict:
+        """Register the hub object; probe when the resource is new (it discovers afresh) or its
+        machine was never discovered."""
         from kontinuum.hub.discovery import recorded
 
         inv = _inventory(props["hubKubeconfig"])
         obj = inv.register(props["name"], props["interfaces"], props.get("labels") or {})
         status = recorded(obj)
-        if olds is None or not status["discovered"]:  # a new resource discovers afresh
+        if fresh or not status["discovered"]:
             status = _probe(inv, props["name"], props, raise_if_unreachable=True)
         return {**props, **status}
 
     def create(self, props):
-        return CreateResult(id_=props["name"], outs=self._converge(props))
+        return CreateResult(id_=props["name"], outs=self._converge(props, fresh=True))
 
-    def update(self, _id, olds, news):
-        return UpdateResult(outs=self._converge(news, olds))
+    def update(self, _id, _olds, news):
+        return UpdateResult(outs=self._converge(news, fresh=False))
 
     def read(self, id_, props):
         from kontinuum.hub.discovery import recorded

@@ -22,8 +22,9 @@ from lab.controlplane import free_port
 from lab.talos_node import Lab
 from providers.bootstrap import BootstrapProvider
 from providers.cluster_health import ClusterHealthProvider, ClusterNotHealthy
-from providers.config_apply import ConfigApplyProvider, NodeNotResetError
+from providers.config_apply import ConfigApplyProvider
 from providers.kubeconfig import KubeconfigNotReady, KubeconfigProvider
+from providers.node_teardown import NodeNotResetError
 from providers.talos_secrets import TalosSecretsProvider
 
 FIXTURE = Path(__file__).parents[1] / "unit" / "fixtures" / "talosctl-secrets.yaml"
