@@ -24,6 +24,7 @@ from kubernetes.client.rest import ApiException
 
 from kontinuum.errors import KontinuumError
 from kontinuum.hub import crds as hub
+from kontinuum.kube import watching
 from kontinuum.kube.clients import api_client, describe_error
 
 REQUEST_TIMEOUT = 15.0  # seconds per API call
@@ -262,29 +263,33 @@ def wait_joined(hub_kubeconfig: str, region: str, zone: str, *, timeout: float, 
     since = None
     rolled_out = not (after_rollout and zone_kubeconfig)
     last, hub_unreadable = "no observation yet", False
+    watched = [(hub_kubeconfig, watching.custom_objects(hub.GROUP, hub.VERSION, hub.KONTINUUM_PLURAL))]
+    if not rolled_out:
+        watched.append((zone_kubeconfig, watching.deployments(hub.ZONE_NAMESPACE, hub.ZONE_DEPLOYMENT)))
     try:
-        while True:
-            if not rolled_out:
-                rolled_out, last = rollout_observation(zone_kubeconfig)
+        with watching.Waker(*watched) as waker:
+            while True:
+                if not rolled_out:
+                    rolled_out, last = rollout_observation(zone_kubeconfig)
+                    if rolled_out:
+                        want, since = ("rollout", "when the server's rollout completed"), None
                 if rolled_out:
-                    want, since = ("rollout", "when the server's rollout completed"), None
-            if rolled_out:
-                try:
-                    items, hub_now = registry.list_at()
-                    if want is not None and since is None:
-                        grace = FRESH_GRACE if want[0] == "fresh" else 0.0
-                        since = (hub_now - dt.timedelta(seconds=grace), want[1])
-                    joined, last = find_joined(items, region, zone, max_age=max_age, newer_than=since)
-                    hub_unreadable = False
-                    if joined is not None:
-                        return joined
-                except Exception as e:  # noqa: BLE001 - an unreachable hub is an observation too
-                    last, hub_unreadable = f"cannot list Kontinuums on the hub ({describe_error(e)})", True
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise RegistryNotJoined(timeout_message(region, zone, timeout, last,
-                                                        zone_side_observation(zone_kubeconfig),
-                                                        hub_unreadable=hub_unreadable))
-            time.sleep(min(interval, remaining))
+                    try:
+                        items, hub_now = registry.list_at()
+                        if want is not None and since is None:
+                            grace = FRESH_GRACE if want[0] == "fresh" else 0.0
+                            since = (hub_now - dt.timedelta(seconds=grace), want[1])
+                        joined, last = find_joined(items, region, zone, max_age=max_age, newer_than=since)
+                        hub_unreadable = False
+                        if joined is not None:
+                            return joined
+                    except Exception as e:  # noqa: BLE001 - an unreachable hub is an observation too
+                        last, hub_unreadable = f"cannot list Kontinuums on the hub ({describe_error(e)})", True
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise RegistryNotJoined(timeout_message(region, zone, timeout, last,
+                                                            zone_side_observation(zone_kubeconfig),
+                                                            hub_unreadable=hub_unreadable))
+                waker.pause(min(interval, remaining))
     finally:
         registry.close()

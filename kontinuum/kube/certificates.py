@@ -14,6 +14,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from kontinuum.errors import KontinuumError
+from kontinuum.kube import watching
 from kontinuum.kube.clients import api_client, describe_error
 
 CM_GROUP = "cert-manager.io"
@@ -98,31 +99,34 @@ def _issuer_state(custom: client.CustomObjectsApi, cert: dict | None) -> str | N
 
 def wait_ready(kubeconfig: str, namespace: str, name: str, *, timeout: float, interval: float = 2.0,
                gateway: str | None = None) -> dict:
-    """Block (bounded) until Certificate namespace/name is Ready; returns the Certificate object."""
+    """Block (bounded) until Certificate namespace/name is Ready; returns the Certificate object.
+    Looks again as soon as the Certificate changes (a watch), at the latest every `interval`."""
     api = api_client(kubeconfig)
     custom = client.CustomObjectsApi(api)
     deadline = time.monotonic() + timeout
     last, cert = "no observation yet", None
+    watched = watching.custom_objects(CM_GROUP, CM_VERSION, "certificates", namespace, name)
     try:
-        while True:
-            try:
-                cert = custom.get_namespaced_custom_object(CM_GROUP, CM_VERSION, namespace, "certificates", name,
-                                                           _request_timeout=REQUEST_TIMEOUT)
-                if is_ready(cert):
-                    return cert
-                last = f"last conditions: {describe_conditions(cert)}"
-            except ApiException as e:
-                if e.status == 404:
-                    cert, last = None, "the Certificate does not exist"
-                else:
-                    last = f"cannot read the Certificate (HTTP {e.status} {e.reason})"
-            except Exception as e:  # noqa: BLE001 - an unreachable apiserver is an observation too
-                last = f"cannot read the Certificate ({describe_error(e)})"
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise CertificateNotReady(timeout_message(namespace, name, timeout, last, cert,
-                                                          _issuer_state(custom, cert) if cert else None, gateway))
-            time.sleep(min(interval, remaining))
+        with watching.Waker((kubeconfig, watched)) as waker:
+            while True:
+                try:
+                    cert = custom.get_namespaced_custom_object(CM_GROUP, CM_VERSION, namespace, "certificates", name,
+                                                               _request_timeout=REQUEST_TIMEOUT)
+                    if is_ready(cert):
+                        return cert
+                    last = f"last conditions: {describe_conditions(cert)}"
+                except ApiException as e:
+                    if e.status == 404:
+                        cert, last = None, "the Certificate does not exist"
+                    else:
+                        last = f"cannot read the Certificate (HTTP {e.status} {e.reason})"
+                except Exception as e:  # noqa: BLE001 - an unreachable apiserver is an observation too
+                    last = f"cannot read the Certificate ({describe_error(e)})"
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise CertificateNotReady(timeout_message(namespace, name, timeout, last, cert,
+                                                              _issuer_state(custom, cert) if cert else None, gateway))
+                waker.pause(min(interval, remaining))
     finally:
         api.close()
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from kubernetes import client
 
 from kontinuum.errors import KontinuumError
+from kontinuum.kube import watching
 from kontinuum.kube.clients import api_client
 
 REQUEST_TIMEOUT = 15.0
@@ -68,24 +69,28 @@ def probe(core: client.CoreV1Api, namespace: str, selector: str = "") -> tuple[i
 
 def wait_healthy(kubeconfig: str, namespace: str, *, selector: str = "", min_pods: int = 1, timeout: float = 600.0,
                  interval: float = 3.0, what: str = "addon") -> int:
-    """Block until the pods are healthy; returns how many there are. Bounded by `timeout`."""
+    """Block until the pods are healthy; returns how many there are. Bounded by `timeout`; looks
+    again as soon as a pod changes (a watch), at the latest every `interval`."""
     core = client.CoreV1Api(api_client(kubeconfig))
     deadline = time.monotonic() + timeout
     last = "no observation yet"
-    while True:
-        try:
-            count, problems = probe(core, namespace, selector)
-            if count >= min_pods and not problems:
-                return count
-            if problems:
-                last = "; ".join(map(str, problems))
-            else:
-                last = f"{count} pod(s) in {namespace}{' matching ' + selector if selector else ''}, want >= {min_pods}"
-        except Exception as e:  # noqa: BLE001 - an unreachable apiserver is an observation too
-            last = f"cannot list pods: {e}"
-        if time.monotonic() >= deadline:
-            raise PodsNotHealthy(
-                f"{what}: pods in namespace {namespace} not healthy after {timeout:.0f} s; stuck: {last}. "
-                "Look at the pods' events (kubectl describe pod) and fix what blocks them, then run `pulumi up` again."
-            )
-        time.sleep(interval)
+    with watching.Waker((kubeconfig, watching.pods(namespace, selector))) as waker:
+        while True:
+            try:
+                count, problems = probe(core, namespace, selector)
+                if count >= min_pods and not problems:
+                    return count
+                if problems:
+                    last = "; ".join(map(str, problems))
+                else:
+                    matching = f" matching {selector}" if selector else ""
+                    last = f"{count} pod(s) in {namespace}{matching}, want >= {min_pods}"
+            except Exception as e:  # noqa: BLE001 - an unreachable apiserver is an observation too
+                last = f"cannot list pods: {e}"
+            if time.monotonic() >= deadline:
+                raise PodsNotHealthy(
+                    f"{what}: pods in namespace {namespace} not healthy after {timeout:.0f} s; stuck: {last}. "
+                    "Look at the pods' events (kubectl describe pod) and fix what blocks them, "
+                    "then run `pulumi up` again."
+                )
+            waker.pause(min(interval, max(0.0, deadline - time.monotonic())))
