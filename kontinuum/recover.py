@@ -221,22 +221,23 @@ def import_deployment(stack: str | None, cwd: Path, exported: dict) -> None:
         raise RecoverError(f"`pulumi stack import` failed: {r.stderr.strip()[-800:]}")
 
 
-def recover(stack: str | None, cwd: Path, log=lambda m: print(m, file=sys.stderr)) -> int:
-    """Settle what a killed run left in `stack`; returns the number of pending operations settled."""
+def recover(stack: str | None, cwd: Path, log=lambda m: print(m, file=sys.stderr)) -> dict | None:
+    """Settle what a killed run left in `stack`; returns the stack's export as it now stands
+    (None: no stack), so that the state migrations need not export it again."""
     stack = stack or selected_stack(cwd)
     if not stack:
-        return 0  # no stack selected: the engine says so itself
+        return None  # no stack selected: the engine says so itself
     clear_stale_locks(stack, cwd, log)
     exported = export(stack, cwd)
     if exported is None:
-        return 0
+        return None
     todo = plan(exported.get("deployment") or {})
     if todo.unknown:
         urns = "\n  ".join(o["resource"]["urn"] for o in todo.unknown)
         raise RecoverError(f"pending creates of types recovery does not know:\n  {urns}\ncheck each in its "
                            f"provider, then run `tools/pulumi refresh --stack {stack}` interactively")
     if not todo.drop and not todo.helm:
-        return 0
+        return exported
     keep = settle_helm(todo.helm, stack, cwd, log) if todo.helm else []
     kept = {(o["resource"]["urn"], o["type"]) for o in keep}
     drop = [o for o in todo.drop if (o["resource"]["urn"], o["type"]) not in kept]
@@ -245,4 +246,4 @@ def recover(stack: str | None, cwd: Path, log=lambda m: print(m, file=sys.stderr
         import_deployment(stack, cwd, exported)
         for o in drop:
             log(f"recover: dropped the pending create of {o['resource']['urn']} (the next run creates it again)")
-    return len(drop) + len(todo.helm) - len(keep)
+    return exported

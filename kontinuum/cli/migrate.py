@@ -1,7 +1,8 @@
 """`python -m kontinuum migrate [--stack S] [--cwd DIR] [--dry-run]`: move a stack made by an
 earlier Kontinuum to the current resource layout (kontinuum/state_migrations.py) with the
 engine's `pulumi state rename`; no node or cluster is contacted. Safe to run again: a moved
-stack has nothing left to move. tools/pulumi runs it before every up and destroy."""
+stack has nothing left to move. `recover` (which tools/pulumi runs before every up and destroy)
+runs it too, on the export it already made."""
 
 from __future__ import annotations
 
@@ -17,8 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kontinuum.recover import RecoverError, engine, export, stack_args
-    from kontinuum.state_migrations import member_renames
+    from kontinuum.recover import RecoverError, export
 
     cwd = (args.cwd or Path.cwd()).resolve()
     try:
@@ -26,6 +26,14 @@ def run(args: argparse.Namespace) -> int:
     except RecoverError as e:
         print(f"migrate: {e}", file=sys.stderr)
         return 1
+    return migrate(args.stack, cwd, exported, dry_run=args.dry_run)
+
+
+def migrate(stack: str | None, cwd: Path, exported: dict | None, *, dry_run: bool = False) -> int:
+    """Carry out the moves an export of `stack` needs; returns the exit code."""
+    from kontinuum.recover import engine, stack_args
+    from kontinuum.state_migrations import member_renames
+
     if exported is None:
         return 0
     renames, unmatched = member_renames(exported.get("deployment") or {})
@@ -34,9 +42,9 @@ def run(args: argparse.Namespace) -> int:
     for r in renames:
         print(f"migrate: {r.urn.rsplit('::', 1)[-1]} → {r.new_name} (the same machine, now named after it)",
               file=sys.stderr)
-        if args.dry_run:
+        if dry_run:
             continue
-        done = engine("state", "rename", "--yes", *stack_args(args.stack), r.urn, r.new_name, cwd=cwd)
+        done = engine("state", "rename", "--yes", *stack_args(stack), r.urn, r.new_name, cwd=cwd)
         if done.returncode != 0:
             print(f"migrate: `pulumi state rename` failed: {done.stderr.strip()[-800:]}", file=sys.stderr)
             return 1
