@@ -1,4 +1,4 @@
-"""One change to how the pinned Pulumi Python SDK finishes a program, for what a region costs.
+"""Two changes to how the pinned Pulumi Python SDK runs a program, for what a region costs.
 
 After the program body ran, the SDK (`pulumi.runtime.stack.wait_for_rpcs`, 3.272.0) waits for
 every outstanding Output with `asyncio.wait(all_pending, FIRST_COMPLETED)` in a loop: each
@@ -10,8 +10,16 @@ back. With N outstanding Outputs (several per resource) that is O(N²) callback 
 same order of failure reporting (the first failed task is re-raised), new Outputs created while
 waiting picked up in the next round, RPCs drained first exactly as the SDK does. Applied only to
 the SDK version it was written against (`SDK_VERSION`); on any other the SDK's own runs and
-tests/unit/test_sdk_speedups.py says so. `KONTINUUM_SDK_SPEEDUPS=0` keeps the SDK's own (for
-side-by-side measurement in bench/).
+tests/unit/test_sdk_speedups.py says so.
+
+The SDK also sends the engine a debug line for nearly every step of every registration
+("registering resource", "resource registration prepared", …), each a blocking gRPC call on
+the program's event loop that the engine then logs and drops unless run with --debug: four or
+more round trips per resource. They are dropped here unless `KONTINUUM_DEBUG=1`; our own
+messages are info/warning/error and unaffected.
+
+`KONTINUUM_SDK_SPEEDUPS=0` keeps the SDK's own behaviour for both (side-by-side measurement in
+bench/).
 """
 
 from __future__ import annotations
@@ -58,11 +66,18 @@ async def wait_for_outputs(settings) -> None:
             await task
 
 
+def _no_debug(*_args, **_kwargs) -> None:
+    """The SDK's internal debug lines, not sent (KONTINUUM_DEBUG=1 sends them)."""
+
+
 def apply() -> bool:
-    """Install the batch wait when the SDK is the pinned one; True when installed."""
+    """Install both when the SDK is the pinned one; True when installed."""
+    import pulumi.log
     from pulumi.runtime import stack
 
     if metadata.version("pulumi") != SDK_VERSION or os.environ.get("KONTINUUM_SDK_SPEEDUPS") == "0":
         return False
     stack.wait_for_rpcs = wait_for_rpcs
+    if not os.environ.get("KONTINUUM_DEBUG"):
+        pulumi.log.debug = _no_debug
     return True

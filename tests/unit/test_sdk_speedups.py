@@ -70,13 +70,28 @@ def test_a_failed_output_is_raised_without_waiting_for_slow_ones():
 
 
 def test_off_switch_keeps_the_sdks_own(monkeypatch):
+    import pulumi.log
     from pulumi.runtime import stack
 
-    original = stack.wait_for_rpcs
+    wait, debug = stack.wait_for_rpcs, pulumi.log.debug
+    monkeypatch.setattr(stack, "wait_for_rpcs", wait)  # restored after the test
+    monkeypatch.setattr(pulumi.log, "debug", debug)
+    monkeypatch.delenv("KONTINUUM_DEBUG", raising=False)
     monkeypatch.setenv("KONTINUUM_SDK_SPEEDUPS", "0")
     assert not sdk_speedups.apply()
-    assert stack.wait_for_rpcs is original
+    assert (stack.wait_for_rpcs, pulumi.log.debug) == (wait, debug)
     monkeypatch.delenv("KONTINUUM_SDK_SPEEDUPS")
-    monkeypatch.setattr(stack, "wait_for_rpcs", original)
     assert sdk_speedups.apply()
-    assert stack.wait_for_rpcs is sdk_speedups.wait_for_rpcs
+    assert (stack.wait_for_rpcs, pulumi.log.debug) == (sdk_speedups.wait_for_rpcs, sdk_speedups._no_debug)
+
+
+def test_debug_lines_stay_with_kontinuum_debug(monkeypatch):
+    import pulumi.log
+    from pulumi.runtime import stack
+
+    debug = pulumi.log.debug
+    monkeypatch.setattr(stack, "wait_for_rpcs", stack.wait_for_rpcs)  # restored after the test
+    monkeypatch.setattr(pulumi.log, "debug", debug)
+    monkeypatch.setenv("KONTINUUM_DEBUG", "1")
+    assert sdk_speedups.apply()
+    assert pulumi.log.debug is debug
