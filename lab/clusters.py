@@ -7,7 +7,7 @@ When an emulated cluster is bootstrapped, the ClusterManager starts, for that cl
   hands out works unchanged;
 - kwok as every member's kubelet (lab/kwok): a Node per member, registered by the lab the way a
   kubelet registers itself, NotReady until the Cilium agent pod on it is Ready;
-- the lab stand-ins (cert issuer, kontinuum-server) against it;
+- the lab stand-ins (cert issuer, Gateway/LB-IPAM/Envoy, kontinuum-server) against it;
 - a health probe for the emulator's HealthCheck, read from the real apiserver.
 
 A ClusterRunner owns one cluster. All of its child processes are started from the runner's own
@@ -399,9 +399,11 @@ class ClusterRunner:
 
     def _start_standins(self) -> None:
         from lab.standins.cert_issuer import CertIssuer
+        from lab.standins.gateway import GatewayStandin
         from lab.standins.kontinuum_server import KontinuumServer
 
         self.standins.append(CertIssuer(self.kubeconfig_path, cluster=self.name).start())
+        self.standins.append(GatewayStandin(self.kubeconfig_path, cluster=self.name).start())
         if self.hub_kubeconfig is not None:
             # Region and zone come from the zone's kontinuum-env ConfigMap; these are fallbacks only.
             self.standins.append(

@@ -16,3 +16,12 @@
 {{- define "cilium.kpr" -}}
 {{- toString .Values.kubeProxyReplacement -}}
 {{- end -}}
+
+{{/* matchLabels as `k=v,k2=v2`, as the upstream chart renders node label selectors. */}}
+{{- define "cilium.mapToString" -}}
+{{- $list := list -}}
+{{- range $k, $v := . -}}
+{{- $list = append $list (printf "%s=%s" $k $v) -}}
+{{- end -}}
+{{ join "," $list }}
+{{- end -}}
