@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TOOLS_BIN = $(shell tools/install.sh --print-bin)
 RUN = PATH="$(TOOLS_BIN):$(CURDIR)/$(VENV)/bin:$$PATH"
 
-.PHONY: all venv tools test test-unit lab lab-down clean
+.PHONY: all venv tools debs test test-unit lab lab-down clean
 
 all: test
 
@@ -21,7 +21,11 @@ venv: $(VENV)/.installed
 tools:
 	tools/install.sh
 
-test: venv tools
+# Debian packages the tests run (a real DNS server); apt-get installs them when root.
+debs:
+	tools/debian-packages.sh
+
+test: venv tools debs
 	$(RUN) $(PY) -m pytest tests
 
 test-unit: venv
