@@ -70,11 +70,14 @@ hub = hub_kubeconfig()
 hub_provider = k8s.Provider(f"{stack.region}-hub", kubeconfig=hub)
 zones = {}
 with our_errors_cleanly():  # e.g. a Gateway API bundle that cannot be fetched: its message, no traceback
-    for z in stack.zones:
+    for i, z in zip(stack.zone_index, stack.zones):
         zones[z.zone] = Zone(f"{stack.region}-{z.zone}", region=stack.region, hub=stack.hub, zone=z,
-                             hub_kubeconfig=hub, hub_provider=hub_provider)
+                             hub_kubeconfig=hub, hub_provider=hub_provider, path=f"zones[{i}]",
+                             tsig_keys=stack.tsig_keys)
 
 pulumi.export("region", stack.region)
-pulumi.export("zones", {name: {"url": zone.url, "ready": zone.ready, "identityThumbprint": zone.identity_thumbprint}
+pulumi.export("zones", {name: {"url": zone.url, "ready": zone.ready, "identityThumbprint": zone.identity_thumbprint,
+                               "addresses": zone.addresses,
+                               "dns": {"mode": zone.dns_mode, "records": zone.dns_records}}
                         for name, zone in zones.items()})
 pulumi.export("kubeconfigs", pulumi.Output.secret({name: zone.kubeconfig for name, zone in zones.items()}))

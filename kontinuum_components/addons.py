@@ -13,8 +13,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from kontinuum.kube.manifests import ManifestError
-from kontinuum_components import specs
-from kontinuum_components.config import Addon
+from kontinuum_components import exposure, specs
+from kontinuum_components.config import Addon, Ingress
 from providers.pods_healthy import PodsHealthy
 
 CILIUM_AGENT_CAPABILITIES = ["CHOWN", "KILL", "NET_ADMIN", "NET_RAW", "IPC_LOCK", "SYS_ADMIN", "SYS_RESOURCE",
@@ -29,8 +29,9 @@ def deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
-def cilium_values(*, single_node: bool, extra: dict) -> dict:
-    """Talos-guide values: kube-proxy-free through KubePrism on localhost:7445."""
+def cilium_values(*, single_node: bool, extra: dict, ingress: Ingress | None = None) -> dict:
+    """Talos-guide values: kube-proxy-free through KubePrism on localhost:7445, plus what makes the
+    zone's Gateway reachable (exposure.cilium_values: host network or LB-IPAM + L2)."""
     values = {
         "ipam": {"mode": "kubernetes"},
         "kubeProxyReplacement": True,
@@ -45,6 +46,7 @@ def cilium_values(*, single_node: bool, extra: dict) -> dict:
         # The operator runs on hostNetwork with required anti-affinity: a second replica
         # can never schedule on one node (seeds, "cilium-operator runs a single replica").
         values["operator"] = {"replicas": 1}
+    values = deep_merge(values, exposure.cilium_values(ingress or Ingress(), extra, CILIUM_AGENT_CAPABILITIES))
     return deep_merge(values, extra)
 
 
@@ -97,7 +99,8 @@ def gateway_api_crds(cluster) -> list[pulumi.Resource]:
 def install_cilium(cluster, kubeconfig: pulumi.Output[str], *, single_node: bool) -> PodsHealthy:
     crds = gateway_api_crds(cluster)
     addon = cluster.zone.addons.cilium
-    release = _release(cluster, "cilium", addon, cilium_values(single_node=single_node, extra=addon.values), crds)
+    values = cilium_values(single_node=single_node, extra=addon.values, ingress=cluster.zone.ingress)
+    release = _release(cluster, "cilium", addon, values, crds)
     return PodsHealthy(f"{cluster.name}-cilium-healthy", kubeconfig=kubeconfig, namespace=addon.source.namespace,
                        selector="app.kubernetes.io/part-of=cilium", what="Cilium",
                        timeout=float(cluster.zone.timeouts["cilium"]), revision=release.status.revision,

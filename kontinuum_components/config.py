@@ -14,9 +14,10 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from kontinuum.dns import tsig
 from kontinuum.errors import ConfigError, ConfigErrors
 from kontinuum.talos import support
-from kontinuum_components import contract, schema
+from kontinuum_components import contract, exposure_config, schema
 
 # The contract's constants live with its definition; re-exported for the code that reads them here.
 CONTROL_PLANE_POOL = contract.CONTROL_PLANE_POOL
@@ -67,6 +68,10 @@ class Pool:
     patches: tuple = ()
 
 
+Ingress = exposure_config.Ingress
+Dns = exposure_config.Dns
+
+
 @dataclass(frozen=True)
 class Zone:
     zone: str
@@ -84,6 +89,8 @@ class Zone:
     skip_unreachable_cluster: bool  # teardown escape hatch: finish destroy with a dead cluster
     talos_port: int = 50000
     teardown_wipe: str = "state"  # one of TEARDOWN_WIPES
+    ingress: Ingress = Ingress()
+    dns: Dns = Dns()
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,7 @@ class Hub:
     acme_email: str
     acme_server: str
     auth: Auth | None
+    acme_ca_bundle: str | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +117,7 @@ class StackConfig:
     zones: tuple[Zone, ...]
     zone_index: tuple[int, ...] = ()  # each zone's position in `zones` of the stack config (error paths)
     allow_empty_region: bool = False
+    tsig_keys: dict = field(default_factory=dict, repr=False)  # name -> kontinuum.dns.tsig.TsigKey (secret)
 
 
 def _merge(base: Any, over: Any) -> Any:
@@ -200,6 +209,8 @@ def _zone(raw: dict, path: str, errs: _Errors) -> Zone | None:
     if problem := support.kubernetes_problem(talos, kubernetes):
         errs.add(f"{path}.kubernetesVersion", problem)
     teardown = raw.get("teardown", {})
+    ingress = exposure_config.ingress(raw.get("ingress", {}), f"{path}.ingress", errs)
+    dns = exposure_config.dns(raw.get("dns", {}), f"{path}.dns", errs)
     return Zone(
         zone=raw["zone"], machines=machines, control_plane=cp, endpoint=endpoint, workers=tuple(workers),
         talos_version=talos, kubernetes_version=kubernetes,
@@ -210,6 +221,7 @@ def _zone(raw: dict, path: str, errs: _Errors) -> Zone | None:
         timeouts={**DEFAULT_TIMEOUTS, **raw.get("timeouts", {})},
         skip_unreachable_cluster=teardown.get("skipUnreachableCluster", False),
         talos_port=raw.get("talosPort", 50000), teardown_wipe=teardown.get("wipe", "state"),
+        ingress=ingress, dns=dns,
     )
 
 
@@ -225,7 +237,7 @@ def _hub(raw: dict | None) -> Hub | None:
     else:
         auth = None
     return Hub(raw["dnsDomain"], raw["grpcEndpoint"], raw["acme"]["email"], raw["acme"].get("server", LETSENCRYPT),
-               auth)
+               auth, raw["acme"].get("caBundle"))
 
 
 SECRET_KEYS = tuple(k for k, f in contract.STACK.fields.items() if f.secret)
@@ -286,6 +298,8 @@ def problems(raw: dict, *, secret_keys: frozenset[str] | None = None) -> tuple[S
         zones.append(z)
         index.append(i)
     hub = _hub(clean.get("hub"))
+    keys = _tsig_keys(clean.get("dnsTsigKeys"), secret_keys, errs)
+    exposure_config.check_region(clean.get("region"), hub, zones, index, keys, clean.get("dnsTsigKeys"), errs)
     if zones and hub is not None and hub.auth is None and "auth" not in (raw.get("hub") or {}):
         errs.add("hub.auth", "not configured: a zone's kontinuum-server refuses to start without the hub's auth "
                  "choice; set hub.auth.mode to anonymous or oidc")
@@ -294,7 +308,21 @@ def problems(raw: dict, *, secret_keys: frozenset[str] | None = None) -> tuple[S
     if "region" not in clean or hub is None:
         return None, list(errs)
     return StackConfig(clean["region"], hub, tuple(zones), tuple(index),
-                       clean.get("allowEmptyRegion", False)), list(errs)
+                       clean.get("allowEmptyRegion", False), keys or {}), list(errs)
+
+
+SECRET_PLACEHOLDER = "<secret>"  # what the offline check (validation.read_stack_file) sees of a `secure:` value
+
+
+def _tsig_keys(text: str | None, secret_keys: frozenset[str] | None, errs: _Errors) -> dict | None:
+    """The parsed keys; None when they cannot be judged (unset, or a secret the offline check cannot read)."""
+    if text is None or (text == SECRET_PLACEHOLDER and secret_keys is not None and "dnsTsigKeys" in secret_keys):
+        return None
+    try:
+        return tsig.parse(text)
+    except tsig.TsigKeyError as e:
+        errs.add(f"{contract.NAMESPACE}:dnsTsigKeys", str(e))
+        return None
 
 
 def parse(raw: dict, *, secret_keys: frozenset[str] | None = None) -> StackConfig:

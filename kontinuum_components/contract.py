@@ -41,6 +41,7 @@ DEFAULT_TIMEOUTS = {
     "cilium": 600,
     "health": int(WAIT_DEFAULTS.health),
     "certManager": 600,
+    "gateway": 300,
     "certificate": 600,
     "registryJoin": 600,
     "teardown": int(WAIT_DEFAULTS.reset),
@@ -50,6 +51,11 @@ DEFAULT_TIMEOUTS = {
 # maintenance mode wipes the STATE and EPHEMERAL partitions; `disk` wipes the whole system
 # disk, which leaves a machine that boots only from the network or an ISO afterwards.
 TEARDOWN_WIPES = ("state", "disk")
+
+# How a zone's Gateway is reachable (zones[].ingress.mode; README: Exposure) and how its host
+# name gets into DNS (zones[].dns.mode).
+INGRESS_MODES = ("hostNetwork", "loadBalancer")
+DNS_MODES = ("manual", "rfc2136")
 
 # --- value formats --------------------------------------------------------------------------
 
@@ -111,6 +117,48 @@ VERSION = Format("version", lambda v: None if re.match(r"^v\d+\.\d+\.\d+$", v) e
                  r"^v\d+\.\d+\.\d+$")
 DEVICE = Format("device path", lambda v: None if re.match(r"^/dev/\S+$", v) else
                 "must be a device path like /dev/sda", r"^/dev/\S+$")
+def _block_problem(value: str) -> str | None:
+    """A CIDR (`192.0.2.0/28`) or an inclusive range (`192.0.2.10-192.0.2.20`) of one family."""
+    want = "must be a CIDR (192.0.2.0/28) or a range first-last (192.0.2.10-192.0.2.20)"
+    try:
+        if "/" in value:
+            ipaddress.ip_network(value, strict=True)
+            return None
+        first, sep, last = value.partition("-")
+        a, b = ipaddress.ip_address(first.strip()), ipaddress.ip_address(last.strip() if sep else first.strip())
+    except ValueError as e:
+        return f"{want} ({e})" if "/" in value and "host bits" in str(e) else want
+    if a.version != b.version:
+        return f"{want}: both ends of one address family"
+    if a > b:
+        return f"{want}: the first address comes after the last"
+    return None
+
+
+def _regex_problem(value: str) -> str | None:
+    try:
+        re.compile(value)
+    except re.error as e:
+        return f"must be a regular expression ({e})"
+    return None
+
+
+def _pem_problem(value: str) -> str | None:
+    from cryptography import x509
+
+    try:
+        x509.load_pem_x509_certificates(value.encode())
+    except ValueError:
+        return "must be PEM certificates (-----BEGIN CERTIFICATE-----)"
+    return None
+
+
+POOL_BLOCK = Format("CIDR or range", _block_problem, r"^[0-9A-Fa-f.:]+(/[0-9]{1,3}|-[0-9A-Fa-f.:]+)?$")
+IP = Format("IP address", lambda v: None if is_ip(v) else "must be an IPv4 or IPv6 address", r"^[0-9A-Fa-f.:]+$")
+REGEX = Format("regular expression", _regex_problem)
+PEM = Format("PEM", _pem_problem, r"-----BEGIN CERTIFICATE-----")
+DNS_SERVER = Format("host[:port]", lambda v: None if not _host_problem(v) else _host_port_problem(v) and
+                    "must be an address or host name, optionally with :port (53 by default)")
 NON_EMPTY = Format("string", lambda v: "must not be empty" if not v.strip() else None, r"\S")
 IMAGE = Format("image", lambda v: None if re.match(r"^\S+$", v) else "must be an image reference", r"^\S+$")
 
@@ -155,6 +203,29 @@ def _addon(name: str):
                f"the {name} release")
 
 
+INGRESS = Obj({
+    "mode": Str("`hostNetwork`: Envoy listens on the nodes' own addresses at ports 80 and 443 (Cilium's Gateway API "
+                "host-network mode); `loadBalancer`: the Gateway gets an address from an LB-IPAM pool, announced by "
+                "ARP (README: Exposure)", default="hostNetwork", enum=INGRESS_MODES),
+    "nodeSelector": Map(Str(), "hostNetwork: labels of the nodes that serve the Gateway (its addresses are their "
+                               "InternalIPs); empty: every node"),
+    "addresses": List(Str(format=POOL_BLOCK), "loadBalancer: free addresses on the nodes' network for the zone's "
+                      "Gateway (CIDRs or first-last ranges), a pool only it uses; without them the Gateway waits for "
+                      "an address from a pool you run yourself"),
+    "interfaces": List(Str(format=REGEX), "loadBalancer: node interfaces (regular expressions, e.g. `^eth[0-9]+`) "
+                       "on which the addresses are announced; empty: every interface Cilium manages"),
+    "address": Str("loadBalancer: the Gateway's fixed address, inside `addresses`", format=IP),
+}, "how the zone's Gateway (and so `<zone>.<region>.<dnsDomain>`) is reachable")
+
+DNS = Obj({
+    "mode": Str("`manual`: the outputs list the record to create (and the update warns); `rfc2136`: the record is "
+                "created and deleted with the zone by a TSIG-signed dynamic update", default="manual", enum=DNS_MODES),
+    "server": Str("rfc2136: the primary server that takes the updates, `host` or `host:port`", format=DNS_SERVER),
+    "zone": Str("rfc2136: the DNS zone to update", format=DNS_NAME, doc_default="`hub.dnsDomain`"),
+    "keyName": Str("rfc2136: name of the TSIG key in `kontinuum:dnsTsigKeys`", format=DNS_NAME),
+    "ttl": Int("TTL of the record, seconds", default=300, minimum=1, maximum=2147483647),
+}, "the DNS record `<zone>.<region>.<dnsDomain>` → the Gateway's addresses (README: DNS)")
+
 MACHINE = Obj({
     "address": Str("the machine's address", format=ADDRESS),
     "addresses": List(Str(format=ADDRESS), "all of the machine's addresses; the first that answers is used"),
@@ -187,6 +258,8 @@ ZONE = Obj({
             "bounded to 30 s, cached in `~/.cache/kontinuum/manifests/`)", format=NON_EMPTY,
             doc_default="v1.3.0 release")}),
     }, "what every zone cluster gets"),
+    "ingress": INGRESS,
+    "dns": DNS,
     "serverImage": Str("kontinuum-server image of the zone footprint", default=DEFAULT_SERVER_IMAGE, format=IMAGE),
     "unregisterInstancesOnDelete": Bool("on teardown also delete the hub Instances (default: only release them)",
                                         default=False),
@@ -209,6 +282,8 @@ HUB = Obj({
     "acme": Obj({
         "email": Str("ACME account e-mail", required=True, format=EMAIL),
         "server": Str("ACME directory URL", default=LETSENCRYPT, format=HTTPS_URL),
+        "caBundle": Str("PEM CA certificate(s) that sign a private ACME server's TLS certificate (step-ca, Pebble, "
+                        "an internal CA); passed to each zone's ClusterIssuer", format=PEM),
     }, "ACME account for the zones' certificates", required=True),
     "auth": Obj({
         "mode": Str("mirrored into each zone (a zone is refused when unset: its server would not start)",
@@ -227,6 +302,9 @@ STACK = Obj({
     "hubKubeconfigFile": Str("instead of `hubKubeconfig`: a file path to read it from (the lab uses this)",
                              format=NON_EMPTY),
     "hub": HUB,
+    "dnsTsigKeys": Str("**secret**: TSIG keys for `dns.mode: rfc2136`, as `tsig-keygen` prints them "
+                       "(`key \"name\" { algorithm hmac-sha256; secret \"…\"; };`, several allowed): "
+                       "`pulumi config set --secret kontinuum:dnsTsigKeys < tsig.key`", secret=True),
     "defaults": without(ZONE, "zone", "talosAddresses",
                         doc="any zone key except `zone` and `talosAddresses`; merged under every zone (the zone "
                             "wins; lists are replaced)", expand=False),

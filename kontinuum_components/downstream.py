@@ -14,6 +14,7 @@ builders untouched.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from typing import Any
@@ -23,6 +24,7 @@ import pulumi_kubernetes as k8s
 
 from kontinuum.hub import crds as hub_crds
 from kontinuum_components import config
+from kontinuum_components.exposure import Exposure, gateway_addresses
 from kontinuum_components.talos_cluster import on_zone_cluster
 from providers.certificate_ready import CertificateReady
 
@@ -200,14 +202,18 @@ def service_manifest(region: str, zone: str) -> dict:
 
 
 def cluster_issuer_spec(hub: config.Hub) -> dict:
-    """ACME with the HTTP-01 challenge solved through the Gateway's plain-HTTP listener."""
-    return {"acme": {
+    """ACME with the HTTP-01 challenge solved through the Gateway's plain-HTTP listener; a
+    private ACME server's CA (hub.acme.caBundle) goes in cert-manager's `acme.caBundle` (base64 PEM)."""
+    acme = {
         "server": hub.acme_server,
         "email": hub.acme_email,
         "privateKeySecretRef": {"name": ACME_ACCOUNT_SECRET},
         "solvers": [{"http01": {"gatewayHTTPRoute": {"parentRefs": [
             {"name": GATEWAY, "namespace": NAMESPACE, "kind": "Gateway", "sectionName": "http"}]}}}],
-    }}
+    }
+    if hub.acme_ca_bundle:
+        acme["caBundle"] = base64.b64encode(hub.acme_ca_bundle.encode()).decode()
+    return {"acme": acme}
 
 
 def cluster_issuer_manifest(region: str, zone: str, hub: config.Hub) -> dict:
@@ -216,10 +222,13 @@ def cluster_issuer_manifest(region: str, zone: str, hub: config.Hub) -> dict:
             "spec": cluster_issuer_spec(hub)}
 
 
-def gateway_spec(region: str, zone: str, hub: config.Hub) -> dict:
+def gateway_spec(region: str, zone: str, hub: config.Hub, ingress: config.Ingress | None = None) -> dict:
     """HTTP :80 without hostname (cert-manager's challenge route attaches here, from any
-    namespace) and HTTPS :443 for the zone host, terminating TLS with the Certificate's secret."""
+    namespace) and HTTPS :443 for the zone host, terminating TLS with the Certificate's secret;
+    a fixed address (ingress.address, loadBalancer mode) in spec.addresses."""
+    addresses = gateway_addresses(ingress) if ingress else []
     return {
+        **({"addresses": addresses} if addresses else {}),
         "gatewayClassName": GATEWAY_CLASS,
         "listeners": [
             {"name": "http", "protocol": "HTTP", "port": 80, "allowedRoutes": {"namespaces": {"from": "All"}}},
@@ -230,9 +239,9 @@ def gateway_spec(region: str, zone: str, hub: config.Hub) -> dict:
     }
 
 
-def gateway_manifest(region: str, zone: str, hub: config.Hub) -> dict:
+def gateway_manifest(region: str, zone: str, hub: config.Hub, ingress: config.Ingress | None = None) -> dict:
     return {"apiVersion": GW_API, "kind": "Gateway", "metadata": _meta(GATEWAY, region, zone, annotations=SKIP_AWAIT),
-            "spec": gateway_spec(region, zone, hub)}
+            "spec": gateway_spec(region, zone, hub, ingress)}
 
 
 def certificate_spec(region: str, zone: str, hub: config.Hub) -> dict:
@@ -279,8 +288,9 @@ def _as_list(deps) -> list:
 
 
 class DownstreamFootprint(pulumi.ComponentResource):
-    """Outputs: url, host, installed (true once the Certificate is Ready), revision (changes with
-    the server's env, image or identity: pass it as RegistryJoin's trigger)."""
+    """Outputs: url, host, addresses (the Gateway's), dnsRecords, installed (true once the
+    Certificate is Ready), revision (changes with the server's env, image or identity: pass it as
+    RegistryJoin's trigger)."""
 
     url: pulumi.Output[str]
     installed: pulumi.Output[bool]
@@ -288,9 +298,12 @@ class DownstreamFootprint(pulumi.ComponentResource):
 
     def __init__(self, name: str, *, region: str, zone: config.Zone, hub: config.Hub,
                  zone_provider: k8s.Provider, hub_provider: k8s.Provider, zone_kubeconfig: pulumi.Input[str],
-                 identity, depends_on=None, opts: pulumi.ResourceOptions | None = None):
+                 identity, depends_on=None, path: str = "zones[]", tsig_keys: dict | None = None,
+                 opts: pulumi.ResourceOptions | None = None):
         """identity: a providers.zone_identity.ZoneIdentity (certificatePem, privateKeyPem, thumbprint).
-        depends_on: what must be ready on the zone cluster first (cert-manager and Cilium healthy)."""
+        depends_on: what must be ready on the zone cluster first (cert-manager and Cilium healthy).
+        path: the zone's place in the stack config (`zones[0]`), named by failures.
+        tsig_keys: kontinuum:dnsTsigKeys parsed (name -> TsigKey), for dns.mode rfc2136."""
         super().__init__("kontinuum:index:DownstreamFootprint", name, None, opts)
         z = zone.zone
         secret_data, cm_data = env_config(region, z, hub)  # raises before anything is registered
@@ -330,7 +343,12 @@ class DownstreamFootprint(pulumi.ComponentResource):
         service = core(k8s.core.v1.Service, "service", svc_m, deployment, spec=svc_m["spec"])
 
         issuer = custom("cluster-issuer", cluster_issuer_manifest(region, z, hub), service, *_as_list(depends_on))
-        gateway = custom("gateway", gateway_manifest(region, z, hub), issuer)
+        gateway = custom("gateway", gateway_manifest(region, z, hub, zone.ingress), issuer)
+        host = zone_host(region, z, hub)
+        exposure = Exposure(name, parent=self, zone=zone, host=host, dns_zone=zone.dns.zone or hub.dns_domain,
+                            path=path, labels=labels(region, z), namespace=NAMESPACE, gateway_name=GATEWAY,
+                            gateway=gateway, zone_provider=zone_provider, zone_kubeconfig=zone_kubeconfig,
+                            tsig_keys=tsig_keys or {}, on_zone=on_zone, depends_on=_as_list(depends_on))
         certificate = custom("certificate", certificate_manifest(region, z, hub), gateway)
         # The route exists before the readiness wait (seeds): the server is reachable over HTTPS
         # as soon as the certificate is issued, and nothing waits on a route created after it.
@@ -339,13 +357,15 @@ class DownstreamFootprint(pulumi.ComponentResource):
             f"{name}-certificate-ready", kubeconfig=zone_kubeconfig, namespace=NAMESPACE, name=CERTIFICATE,
             timeout=float(zone.timeouts["certificate"]), gateway=f"{NAMESPACE}/{GATEWAY}",
             trigger=certificate.metadata.apply(certificate_trigger),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[certificate, route]))
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[certificate, route, *exposure.waits]))
 
-        self.host = pulumi.Output.from_input(zone_host(region, z, hub))
+        self.host = pulumi.Output.from_input(host)
+        self.addresses, self.dns_records = exposure.addresses, exposure.records
         self.url = pulumi.Output.from_input(zone_url(region, z, hub))
         self.installed = pulumi.Output.all(ready.ready, route.id).apply(lambda a: bool(a[0]))
         self.namespace, self.deployment, self.service = ns, deployment, service
         self.cluster_issuer, self.gateway, self.certificate = issuer, gateway, certificate
         self.certificate_ready, self.httproute, self.hub_identity_secret = ready, route, hub_s
         self.register_outputs({"url": self.url, "host": self.host, "installed": self.installed,
-                               "revision": self.revision})
+                               "revision": self.revision, "addresses": self.addresses,
+                               "dnsRecords": self.dns_records})

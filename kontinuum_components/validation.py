@@ -14,7 +14,7 @@ import yaml
 from kontinuum.errors import ConfigError
 from kontinuum_components import config, contract, render_check, specs
 
-SECRET_PLACEHOLDER = "<secret>"  # what the offline check sees of a `secure:` value
+SECRET_PLACEHOLDER = config.SECRET_PLACEHOLDER  # what the offline check sees of a `secure:` value
 
 
 @dataclass

@@ -41,10 +41,11 @@ def validate_zone(region: str, zone: config.Zone, prefix: str) -> None:
 
 class Zone(pulumi.ComponentResource):
     def __init__(self, name: str, *, region: str, hub: config.Hub, zone: config.Zone,
-                 hub_kubeconfig: pulumi.Input[str], hub_provider: k8s.Provider,
-                 opts: pulumi.ResourceOptions | None = None):
+                 hub_kubeconfig: pulumi.Input[str], hub_provider: k8s.Provider, path: str = "zones[]",
+                 tsig_keys: dict | None = None, opts: pulumi.ResourceOptions | None = None):
         """hub_provider: the stack's one Kubernetes provider for the hub (a provider process per
-        zone would be one more plugin to start per zone for the same cluster)."""
+        zone would be one more plugin to start per zone for the same cluster). path: the zone's
+        place in the stack config (`zones[0]`); tsig_keys: kontinuum:dnsTsigKeys, parsed."""
         super().__init__("kontinuum:index:Zone", name, None, opts)
         t = zone.timeouts
         instances = {
@@ -67,8 +68,8 @@ class Zone(pulumi.ComponentResource):
                                 opts=pulumi.ResourceOptions(parent=self))
         footprint = DownstreamFootprint(
             name, region=region, zone=zone, hub=hub, zone_provider=cluster.provider, hub_provider=hub_provider,
-            zone_kubeconfig=cluster.kubeconfig, identity=identity, depends_on=cluster.addons_ready,
-            opts=pulumi.ResourceOptions(parent=self))
+            zone_kubeconfig=cluster.kubeconfig, identity=identity, depends_on=cluster.addons_ready, path=path,
+            tsig_keys=tsig_keys, opts=pulumi.ResourceOptions(parent=self))
         join = RegistryJoin(f"{name}-join", hub_kubeconfig=hub_kubeconfig, region=region, zone=zone.zone,
                             timeout=float(t["registryJoin"]), trigger=footprint.revision,
                             zone_kubeconfig=cluster.kubeconfig,
@@ -84,9 +85,12 @@ class Zone(pulumi.ComponentResource):
                                                   retain_on_delete=zone.skip_unreachable_cluster))
 
         self.url = pulumi.Output.from_input(zone_url(region, zone.zone, hub))
+        self.addresses, self.dns_records = footprint.addresses, footprint.dns_records
+        self.dns_mode = zone.dns.mode
         self.ready = pulumi.Output.all(cluster.ready, footprint.installed, join.joined).apply(all)
         self.kubeconfig = cluster.kubeconfig
         self.talosconfig = cluster.talosconfig
         self.identity_thumbprint = identity.thumbprint
         self.cluster = cluster
-        self.register_outputs({"url": self.url, "ready": self.ready, "identityThumbprint": self.identity_thumbprint})
+        self.register_outputs({"url": self.url, "ready": self.ready, "identityThumbprint": self.identity_thumbprint,
+                               "addresses": self.addresses})

@@ -193,3 +193,32 @@ def test_gateway_lifecycle_by_exposure_mode(standin, api):
     svc = client.CoreV1Api(api).read_namespaced_service("cilium-gateway-kontinuum", NS, _request_timeout=T)
     assert svc.status.conditions[0].reason == "no_pool" and "127.0.40.150" in svc.status.conditions[0].message
     assert standin.data_plane.listening() == []
+
+
+def test_product_wait_reads_what_the_standin_assigns(standin, api, kubeconfig):
+    """kontinuum.kube.gateways against this Cilium: node addresses in host-network mode (1.18.x
+    reports none), pool addresses once Programmed, a clear failure naming the setting otherwise."""
+    from kontinuum.kube.gateways import GatewayNoAddress, wait_addresses
+
+    custom = client.CustomObjectsApi(api)
+    custom.patch_namespaced_custom_object("gateway.networking.k8s.io", "v1", NS, "gateways", "kontinuum",
+                                          {"spec": {"addresses": None}}, _request_timeout=T)
+    _config(api, **{"gateway-api-hostnetwork-enabled": "true"})
+    _poll(standin)
+    assert wait_addresses(kubeconfig, NS, "kontinuum", mode="hostNetwork", setting="zones[0].ingress", timeout=5,
+                          node_selector={}) == sorted(NODES.values())
+    with pytest.raises(GatewayNoAddress) as e:
+        wait_addresses(kubeconfig, NS, "kontinuum", mode="hostNetwork", setting="zones[0].ingress", timeout=1,
+                       node_selector={"role": "nothing"}, interval=0.5)
+    assert "no Ready node matches {'role': 'nothing'}" in str(e.value) and "zones[0].ingress.nodeSelector" in str(e.value)
+
+    custom.delete_cluster_custom_object("cilium.io", "v2", "ciliumloadbalancerippools", "zone", _request_timeout=T)
+    _config(api)
+    _poll(standin, 3)
+    with pytest.raises(GatewayNoAddress) as e:
+        wait_addresses(kubeconfig, NS, "kontinuum", mode="loadBalancer", setting="zones[1].ingress", timeout=1,
+                       interval=0.5)
+    message = str(e.value)
+    assert "Gateway kontinuum-system/kontinuum has no address after 1 s" in message
+    assert "Programmed=False (AddressNotAssigned: Gateway waiting for address)" in message
+    assert "no_pool" in message and "set zones[1].ingress.addresses" in message and "mode: hostNetwork" in message
