@@ -347,7 +347,7 @@ class DownstreamFootprint(pulumi.ComponentResource):
         host = zone_host(region, z, hub)
         exposure = Exposure(name, parent=self, zone=zone, host=host, dns_zone=zone.dns.zone or hub.dns_domain,
                             path=path, labels=labels(region, z), namespace=NAMESPACE, gateway_name=GATEWAY,
-                            gateway=gateway, zone_provider=zone_provider, zone_kubeconfig=zone_kubeconfig,
+                            gateway=gateway, zone_kubeconfig=zone_kubeconfig,
                             tsig_keys=tsig_keys or {}, on_zone=on_zone, depends_on=_as_list(depends_on))
         certificate = custom("certificate", certificate_manifest(region, z, hub), gateway)
         # The route exists before the readiness wait (seeds): the server is reachable over HTTPS

@@ -101,7 +101,7 @@ class Exposure:
 
     def __init__(self, name: str, *, parent: pulumi.Resource, zone: config.Zone, host: str, dns_zone: str,
                  path: str, labels: dict, namespace: str, gateway_name: str, gateway: pulumi.Resource,
-                 zone_provider: k8s.Provider, zone_kubeconfig: pulumi.Input[str], tsig_keys: dict,
+                 zone_kubeconfig: pulumi.Input[str], tsig_keys: dict,
                  on_zone, depends_on: list):
         ingress, dns = zone.ingress, zone.dns
         deps = []

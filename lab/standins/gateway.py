@@ -51,8 +51,10 @@ def _condition(type_: str, ok: bool, reason: str, message: str, gen, previous: l
     status = "True" if ok else "False"
     old = next((c for c in previous if c.get("type") == type_), None)
     since = old["lastTransitionTime"] if old and old.get("status") == status and old.get("lastTransitionTime") else _now()
-    return {"type": type_, "status": status, "reason": reason, "message": message,
-            "observedGeneration": gen or 0, "lastTransitionTime": since}
+    out = {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": since}
+    if gen:  # Services carry no generation; the API drops a zero
+        out["observedGeneration"] = gen
+    return out
 
 
 def _same(a, b) -> bool:

@@ -140,6 +140,11 @@ def test_gateway_lifecycle_by_exposure_mode(standin, api):
     assert [(c.type, c.status, c.reason) for c in svc.status.conditions] == [
         ("cilium.io/IPAMRequestSatisfied", "False", "no_pool")]
     assert standin.data_plane.listening() == []
+    versions = (svc.metadata.resource_version, _gateway(api)["metadata"]["resourceVersion"])
+    standin.poll()  # converged: another pass writes nothing
+    assert versions == (client.CoreV1Api(api).read_namespaced_service("cilium-gateway-kontinuum", NS,
+                                                                      _request_timeout=T).metadata.resource_version,
+                        _gateway(api)["metadata"]["resourceVersion"])
     custom = client.CustomObjectsApi(api)
     assert custom.list_cluster_custom_object("cilium.io", "v2", "ciliumloadbalancerippools", _request_timeout=T)
 
