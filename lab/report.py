@@ -1,4 +1,4 @@
-"""Print each zone's URL and readiness from a stack's outputs (the end of `make lab`)."""
+"""Print each zone's URL, addresses and readiness from a stack's outputs (the end of `make lab`)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,9 @@ def main() -> int:
     width = max(len(z) for z in zones)
     for name, z in sorted(zones.items()):
         state = "ready" if z.get("ready") else "NOT ready"
-        print(f"zone {name:<{width}}  {state:<9}  {z.get('url')}  identity sha256:{z.get('identityThumbprint', '')[:16]}…")
+        addresses = ",".join(z.get("addresses") or []) or "no address"
+        print(f"zone {name:<{width}}  {state:<9}  {z.get('url')} → {addresses}  "
+              f"identity sha256:{z.get('identityThumbprint', '')[:16]}…")
     return 0 if all(z.get("ready") for z in zones.values()) else 1
 
 

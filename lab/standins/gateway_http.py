@@ -37,8 +37,9 @@ class _Server(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     timeout = REQUEST_TIMEOUT
-    server_version = "envoy"  # what the real listener announces
-    sys_version = ""
+
+    def version_string(self) -> str:
+        return "envoy"  # the Server header the real listener sends
 
     def log_message(self, fmt, *args):  # noqa: D401 - quiet: the lab log is for state changes
         log.debug("(lab stand-in) data plane %s: " + fmt, self.server.server_address, *args)
