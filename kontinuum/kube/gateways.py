@@ -17,6 +17,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from kontinuum.errors import KontinuumError
+from kontinuum.kube import watching
 from kontinuum.kube.clients import api_client, describe_error
 
 GW_GROUP, GW_VERSION = "gateway.networking.k8s.io", "v1"
@@ -99,42 +100,55 @@ def remedy(mode: str, setting: str, *, pool: bool, fixed: str | None, selector: 
 def wait_addresses(kubeconfig: str, namespace: str, name: str, *, mode: str, setting: str, timeout: float,
                    node_selector: dict | None = None, pool: bool = False, fixed: str | None = None,
                    interval: float = 2.0) -> list[str]:
-    """Block (bounded) until the Gateway is reachable; returns its addresses."""
+    """Block (bounded) until the Gateway is reachable; returns its addresses. Looks again as soon
+    as the Gateway changes (a watch), at the latest every `interval`."""
     api = api_client(kubeconfig)
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
     selector = dict(node_selector or {})
     deadline = time.monotonic() + timeout
-    last, gw = "no observation yet", None
+    last = "no observation yet"
+    watched = watching.custom_objects(GW_GROUP, GW_VERSION, "gateways", namespace, name)
     try:
-        while True:
-            try:
-                gw = custom.get_namespaced_custom_object(GW_GROUP, GW_VERSION, namespace, "gateways", name,
-                                                         _request_timeout=REQUEST_TIMEOUT)
-                found = programmed_addresses(gw)
-                if found and (not fixed or fixed in found):
-                    return found
-                last = describe(gw)
-                if mode == "hostNetwork" and accepted(gw):
-                    nodes = api.sanitize_for_serialization(core.list_node(_request_timeout=REQUEST_TIMEOUT).items)
-                    found = node_addresses(nodes, selector)
+        with watching.Waker((kubeconfig, watched)) as waker:
+            while True:
+                try:
+                    found, last = _observe(api, custom, core, namespace, name, mode, selector, fixed)
                     if found:
                         return found
-                    last += f"; no Ready node matches {selector or 'the (empty) node selector'}"
-                elif mode == "loadBalancer":
-                    last += _service_condition(core, namespace, name)
-            except ApiException as e:
-                gw, last = (None, "the Gateway does not exist") if e.status == 404 else \
-                    (gw, f"cannot read the Gateway (HTTP {e.status} {e.reason})")
-            except Exception as e:  # noqa: BLE001 - an unreachable apiserver is an observation too
-                last = f"cannot read the Gateway ({describe_error(e)})"
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise GatewayNoAddress(
-                    f"Gateway {namespace}/{name} has no address after {timeout:g} s ({last}). "
-                    f"{remedy(mode, setting, pool=pool, fixed=fixed, selector=selector)}. Then run `pulumi up` again.")
-            time.sleep(min(interval, remaining))
+                except ApiException as e:
+                    last = "the Gateway does not exist" if e.status == 404 else \
+                        f"cannot read the Gateway (HTTP {e.status} {e.reason})"
+                except Exception as e:  # noqa: BLE001 - an unreachable apiserver is an observation too
+                    last = f"cannot read the Gateway ({describe_error(e)})"
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise GatewayNoAddress(
+                        f"Gateway {namespace}/{name} has no address after {timeout:g} s ({last}). "
+                        f"{remedy(mode, setting, pool=pool, fixed=fixed, selector=selector)}. "
+                        "Then run `pulumi up` again.")
+                waker.pause(min(interval, remaining))
     finally:
         api.close()
+
+
+def _observe(api, custom, core, namespace: str, name: str, mode: str, selector: dict,
+             fixed: str | None) -> tuple[list[str], str]:
+    """(reachable addresses or [], what was seen)."""
+    gw = custom.get_namespaced_custom_object(GW_GROUP, GW_VERSION, namespace, "gateways", name,
+                                             _request_timeout=REQUEST_TIMEOUT)
+    found = programmed_addresses(gw)
+    if found and (not fixed or fixed in found):
+        return found, ""
+    seen = describe(gw)
+    if mode == "hostNetwork" and accepted(gw):
+        nodes = api.sanitize_for_serialization(core.list_node(_request_timeout=REQUEST_TIMEOUT).items)
+        found = node_addresses(nodes, selector)
+        if found:
+            return found, ""
+        seen += f"; no Ready node matches {selector or 'the (empty) node selector'}"
+    elif mode == "loadBalancer":
+        seen += _service_condition(core, namespace, name)
+    return [], seen
 
 
 def _service_condition(core: client.CoreV1Api, namespace: str, gateway: str) -> str:
