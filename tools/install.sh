@@ -39,9 +39,10 @@ user_plugins=${KONTINUUM_USER_PULUMI_HOME:-$HOME/.pulumi}/plugins
 version_of() {
   case "$1" in
     pulumi) "$2" version 2>/dev/null | head -n1 ;;
-    # The plugins report their version only over gRPC; their directory is versioned, either
-    # ours (<cache>/<name>/<version>/) or Pulumi's (plugins/resource-kubernetes-v<version>/).
-    pulumi-language-python|pulumi-resource-kubernetes)
+    # The plugins report their version only over gRPC, pebble-challtestsrv not at all; their
+    # directory is versioned, either ours (<cache>/<name>/<version>/) or Pulumi's
+    # (plugins/resource-kubernetes-v<version>/).
+    pulumi-language-python|pulumi-resource-kubernetes|pebble-challtestsrv)
       local dir; dir=$(dirname "$(readlink -f "$2")")
       case $dir in
         */$1/*) basename "$dir" ;;
@@ -51,6 +52,8 @@ version_of() {
     etcd) "$2" --version 2>/dev/null | sed -n 's/^etcd Version: /v/p' ;;
     kube-*) "$2" --version 2>/dev/null | awk '{print $2}' ;;
     kwok) "$2" --version 2>/dev/null | sed -n 's/.*kwok version \(v[^ ]*\).*/\1/p' ;;
+    pebble) "$2" -version 2>/dev/null | sed -n 's/^Pebble version: //p' ;;
+    cert-manager-*) "$2" --version 2>/dev/null | head -n1 ;;
   esac
 }
 
@@ -198,6 +201,30 @@ build_kwok() {
     "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 }
 
+build_pebble_pair() { # pebble and pebble-challtestsrv share one build; link the other from it
+  local dir="$cache/pebble-build/$PEBBLE_VERSION"
+  if [ ! -x "$dir/pebble" ]; then
+    rm -rf "$dir.tmp"; mkdir -p "$dir.tmp"
+    GOBIN="$dir.tmp" go install -trimpath -ldflags "-s -w -X main.version=$PEBBLE_VERSION" \
+      "github.com/letsencrypt/pebble/v2/cmd/pebble@$PEBBLE_VERSION" \
+      "github.com/letsencrypt/pebble/v2/cmd/pebble-challtestsrv@$PEBBLE_VERSION" || return 1
+    rm -rf "$dir"; mv "$dir.tmp" "$dir"
+  fi
+  cp "$dir/$component" "$1/$component"
+}
+
+build_cert_manager_pair() { # controller and webhook share one build (tools/builders/cert-manager)
+  local dir="$cache/cert-manager-build/$CERT_MANAGER_VERSION"
+  if [ ! -x "$dir/controller" ]; then
+    rm -rf "$dir.tmp"; mkdir -p "$dir.tmp"
+    (cd "$here/builders/cert-manager" &&
+      go build -trimpath -ldflags "-s -w -X github.com/cert-manager/cert-manager/pkg/util.AppVersion=$CERT_MANAGER_VERSION" \
+        -o "$dir.tmp/" ./controller ./webhook) || return 1
+    rm -rf "$dir"; mv "$dir.tmp" "$dir"
+  fi
+  cp "$dir/${component#cert-manager-}" "$1/$component"
+}
+
 # Optional arguments name a subset of tools to provide (default: all of them).
 wanted=" ${*:-all} "
 want() { [[ $wanted == *" all "* || $wanted == *" $1 "* ]]; }
@@ -212,6 +239,12 @@ for component in kube-apiserver kube-controller-manager kube-scheduler; do
   want "$component" && provide "$component" "$KUBERNETES_VERSION" build_kube_component
 done
 want kwok && provide kwok "$KWOK_VERSION" build_kwok
+for component in pebble pebble-challtestsrv; do
+  want "$component" && provide "$component" "$PEBBLE_VERSION" build_pebble_pair
+done
+for component in cert-manager-controller cert-manager-webhook; do
+  want "$component" && provide "$component" "$CERT_MANAGER_VERSION" build_cert_manager_pair
+done
 want kontinuum-talos-validate && provide kontinuum-talos-validate "$TALOS_MACHINERY_VERSION" build_talos_validate
 # Our dynamic-provider launcher is not a shared tool: tools/pulumi puts this checkout's
 # tools/plugins on PATH. (Earlier versions linked it here, tying the cache to one checkout.)

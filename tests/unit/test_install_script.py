@@ -25,6 +25,10 @@ TOOLS = {
     "kube-scheduler": PINS["KUBERNETES_VERSION"],
     "kwok": PINS["KWOK_VERSION"],
     "kontinuum-talos-validate": PINS["TALOS_MACHINERY_VERSION"],
+    "pebble": PINS["PEBBLE_VERSION"],
+    "pebble-challtestsrv": PINS["PEBBLE_VERSION"],
+    "cert-manager-controller": PINS["CERT_MANAGER_VERSION"],
+    "cert-manager-webhook": PINS["CERT_MANAGER_VERSION"],
 }
 
 # A stand-in builder: leaves a binary that reports its version the way the real one does.
@@ -33,7 +37,8 @@ name=$1 version=$2 out=$3
 echo "$name" >>"$FAKE_LOG"
 if [[ " $FAKE_FAIL " == *" $name "* ]]; then echo "stand-in build of $name fails" >&2; exit 1; fi
 case $name in
-  pulumi|kontinuum-talos-validate) body="echo $version" ;;
+  pulumi|kontinuum-talos-validate|cert-manager-*) body="echo $version" ;;
+  pebble) body="echo 'Pebble version: $version'" ;;
   etcd) body="echo 'etcd Version: ${version#v}'" ;;
   kube-*) body="echo 'Kubernetes $version'" ;;
   kwok) body="echo 'kwok version $version go1.26'" ;;
@@ -189,3 +194,14 @@ def test_print_bin_needs_nothing_installed(machine):
     out = machine.run("--print-bin")
     assert out.returncode == 0 and out.stdout.strip().startswith(str(machine.cache))
     assert not machine.cache.exists()
+
+
+def test_pebble_on_path_is_used_when_pinned_and_its_unversioned_test_server_is_built(machine):
+    good = machine.on_path("pebble", f"echo 'Pebble version: {PINS['PEBBLE_VERSION']}'")
+    machine.on_path("pebble-challtestsrv", "exit 0")  # reports no version: never taken on trust
+    machine.on_path("cert-manager-controller", "echo v1.18.0")
+    out = machine.run("pebble", "pebble-challtestsrv", "cert-manager-controller")
+    assert out.returncode == 0, out.stderr
+    assert sorted(machine.built()) == ["cert-manager-controller", "pebble-challtestsrv"]
+    assert (machine.bin() / "pebble").resolve() == good
+    assert f"cert-manager-controller {PINS['CERT_MANAGER_VERSION']}: not using" in out.stderr and "(it reports 'v1.18.0')" in out.stderr

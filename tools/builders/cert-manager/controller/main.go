@@ -1,0 +1,158 @@
+// The cert-manager controller as the lab runs it: the upstream controllers and the
+// upstream default configuration, out of cluster (a kubeconfig), without leader election
+// (one process per cluster) and without the metrics, profiling and healthz listeners (no
+// kubelet probes them here). Flags keep upstream names.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/pflag"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	config "github.com/cert-manager/cert-manager/internal/apis/config/controller"
+	configscheme "github.com/cert-manager/cert-manager/internal/apis/config/controller/scheme"
+	defaults "github.com/cert-manager/cert-manager/internal/apis/config/controller/v1alpha1"
+	configv1alpha1 "github.com/cert-manager/cert-manager/pkg/apis/config/controller/v1alpha1"
+	"github.com/cert-manager/cert-manager/pkg/controller"
+	shimgateway "github.com/cert-manager/cert-manager/pkg/controller/certificate-shim/gateways"
+	dnsutil "github.com/cert-manager/cert-manager/pkg/issuer/acme/dns/util"
+	logf "github.com/cert-manager/cert-manager/pkg/logs"
+	"github.com/cert-manager/cert-manager/pkg/util"
+
+	_ "github.com/cert-manager/cert-manager/pkg/controller/acmechallenges"
+	_ "github.com/cert-manager/cert-manager/pkg/controller/acmeorders"
+	_ "github.com/cert-manager/cert-manager/pkg/controller/certificate-shim/gateways"
+	_ "github.com/cert-manager/cert-manager/pkg/controller/certificate-shim/ingresses"
+	_ "github.com/cert-manager/cert-manager/pkg/controller/certificates/trigger"
+	_ "github.com/cert-manager/cert-manager/pkg/controller/clusterissuers"
+	_ "github.com/cert-manager/cert-manager/pkg/controller/issuers"
+	_ "github.com/cert-manager/cert-manager/pkg/issuer/acme"
+	_ "github.com/cert-manager/cert-manager/pkg/issuer/ca"
+	_ "github.com/cert-manager/cert-manager/pkg/issuer/selfsigned"
+	_ "github.com/cert-manager/cert-manager/pkg/issuer/vault"
+	_ "github.com/cert-manager/cert-manager/pkg/issuer/venafi"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logf.InitLogs()
+	defer logf.FlushLogs()
+	ctx = logf.NewContext(ctx, logf.Log, "controller")
+	if err := run(ctx, os.Args[1:]); err != nil {
+		logf.Log.Error(err, "cert-manager controller stopped")
+		logf.FlushLogs()
+		os.Exit(1)
+	}
+}
+
+// upstreamDefaults is the controller configuration cert-manager's own program starts from.
+func upstreamDefaults() (*config.ControllerConfiguration, error) {
+	scheme, _, err := configscheme.NewSchemeAndCodecs()
+	if err != nil {
+		return nil, err
+	}
+	versioned := &configv1alpha1.ControllerConfiguration{}
+	scheme.Default(versioned)
+	cfg := &config.ControllerConfiguration{}
+	return cfg, scheme.Convert(versioned, cfg, nil)
+}
+
+func run(ctx context.Context, args []string) error {
+	cfg, err := upstreamDefaults()
+	if err != nil {
+		return err
+	}
+	fs := pflag.NewFlagSet("controller", pflag.ContinueOnError)
+	version := fs.Bool("version", false, "print the cert-manager version and exit")
+	fs.StringVar(&cfg.KubeConfig, "kubeconfig", "", "kubeconfig of the cluster to manage")
+	fs.StringVar(&cfg.ClusterResourceNamespace, "cluster-resource-namespace", cfg.ClusterResourceNamespace, "namespace of ClusterIssuer secrets")
+	fs.BoolVar(&cfg.EnableGatewayAPI, "enable-gateway-api", cfg.EnableGatewayAPI, "Gateway API support (gateway-shim, HTTPRoute HTTP-01 solver)")
+	fs.StringSliceVar(&cfg.ACMEHTTP01Config.SolverNameservers, "acme-http01-solver-nameservers", nil, "nameservers (host:port) for the HTTP-01 self check")
+	fs.StringSliceVar(&cfg.ACMEDNS01Config.RecursiveNameservers, "dns01-recursive-nameservers", nil, "nameservers (host:port) for DNS-01 checks")
+	logf.AddFlags(&cfg.Logging, fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *version {
+		fmt.Println(util.VersionInfo().GitVersion)
+		return nil
+	}
+	if err := logf.ValidateAndApply(&cfg.Logging); err != nil {
+		return err
+	}
+	log := logf.FromContext(ctx)
+	log.Info("starting cert-manager controller", "version", util.VersionInfo().GitVersion)
+
+	factory, err := contextFactory(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	base, err := factory.Build()
+	if err != nil {
+		return err
+	}
+	enabled := sets.New(defaults.DefaultEnabledControllers...)
+	if cfg.EnableGatewayAPI {
+		enabled.Insert(shimgateway.ControllerName)
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	for name, constructor := range controller.Known() {
+		if !enabled.Has(name) {
+			continue
+		}
+		c, err := constructor(factory)
+		if err != nil {
+			return fmt.Errorf("controller %s: %w", name, err)
+		}
+		g.Go(func() error { return c.Run(cfg.NumberOfConcurrentWorkers, ctx) })
+	}
+	base.SharedInformerFactory.Start(ctx.Done())
+	base.KubeSharedInformerFactory.Start(ctx.Done())
+	base.HTTP01ResourceMetadataInformersFactory.Start(ctx.Done())
+	if cfg.EnableGatewayAPI {
+		base.GWShared.Start(ctx.Done())
+	}
+	return g.Wait()
+}
+
+func contextFactory(ctx context.Context, cfg *config.ControllerConfiguration) (*controller.ContextFactory, error) {
+	quantity := func(s string) resource.Quantity { return resource.MustParse(s) }
+	nameservers := cfg.ACMEDNS01Config.RecursiveNameservers
+	if len(nameservers) == 0 {
+		nameservers = dnsutil.RecursiveNameservers
+	}
+	h := cfg.ACMEHTTP01Config
+	return controller.NewContextFactory(ctx, controller.ContextOptions{
+		Kubeconfig:         cfg.KubeConfig,
+		KubernetesAPIQPS:   cfg.KubernetesAPIQPS,
+		KubernetesAPIBurst: cfg.KubernetesAPIBurst,
+		ACMEOptions: controller.ACMEOptions{
+			HTTP01SolverResourceRequestCPU:    quantity(h.SolverResourceRequestCPU),
+			HTTP01SolverResourceRequestMemory: quantity(h.SolverResourceRequestMemory),
+			HTTP01SolverResourceLimitsCPU:     quantity(h.SolverResourceLimitsCPU),
+			HTTP01SolverResourceLimitsMemory:  quantity(h.SolverResourceLimitsMemory),
+			ACMEHTTP01SolverRunAsNonRoot:      h.SolverRunAsNonRoot,
+			HTTP01SolverImage:                 h.SolverImage,
+			HTTP01SolverNameservers:           h.SolverNameservers,
+			DNS01Nameservers:                  nameservers,
+			DNS01CheckRetryPeriod:             cfg.ACMEDNS01Config.CheckRetryPeriod,
+			DNS01CheckAuthoritative:           !cfg.ACMEDNS01Config.RecursiveNameserversOnly,
+		},
+		SchedulerOptions: controller.SchedulerOptions{MaxConcurrentChallenges: cfg.MaxConcurrentChallenges},
+		IssuerOptions: controller.IssuerOptions{
+			ClusterResourceNamespace: cfg.ClusterResourceNamespace,
+		},
+		IngressShimOptions: controller.IngressShimOptions{
+			DefaultAutoCertificateAnnotations: cfg.IngressShimConfig.DefaultAutoCertificateAnnotations,
+		},
+		ConfigOptions: controller.ConfigOptions{EnableGatewayAPI: cfg.EnableGatewayAPI},
+	})
+}
