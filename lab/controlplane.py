@@ -233,6 +233,9 @@ class ControlPlane:
             "--requestheader-username-headers=X-Remote-User",
             f"--proxy-client-cert-file={proxy_crt}", f"--proxy-client-key-file={proxy_key}",
             "--endpoint-reconciler-type=none", "--watch-cache=false", "--v=0",
+            # Webhooks and aggregated APIs are dialled at their Service's endpoints, not its
+            # ClusterIP: no service load-balancer (Cilium's) runs in the lab (lab/certmanager.py).
+            "--enable-aggregator-routing=true",
         ])
 
     def _start_controllers(self) -> None:

@@ -1,7 +1,8 @@
-// The cert-manager controller as the lab runs it: the upstream controllers and the
-// upstream default configuration, out of cluster (a kubeconfig), without leader election
-// (one process per cluster) and without the metrics, profiling and healthz listeners (no
-// kubelet probes them here). Flags keep upstream names.
+// The cert-manager controller as the lab runs it: the upstream controllers with upstream's
+// default configuration, overlaid by a ControllerConfiguration file (--config, as the chart
+// mounts it) and a few upstream-named flags; out of cluster (a kubeconfig), without leader
+// election (one process per cluster) and without the metrics, profiling and healthz
+// listeners, which bind every interface (no kubelet or Prometheus probes them here).
 package main
 
 import (
@@ -22,9 +23,11 @@ import (
 	configv1alpha1 "github.com/cert-manager/cert-manager/pkg/apis/config/controller/v1alpha1"
 	"github.com/cert-manager/cert-manager/pkg/controller"
 	shimgateway "github.com/cert-manager/cert-manager/pkg/controller/certificate-shim/gateways"
+	controllerconfigfile "github.com/cert-manager/cert-manager/pkg/controller/configfile"
 	dnsutil "github.com/cert-manager/cert-manager/pkg/issuer/acme/dns/util"
 	logf "github.com/cert-manager/cert-manager/pkg/logs"
 	"github.com/cert-manager/cert-manager/pkg/util"
+	"github.com/cert-manager/cert-manager/pkg/util/configfile"
 
 	_ "github.com/cert-manager/cert-manager/pkg/controller/acmechallenges"
 	_ "github.com/cert-manager/cert-manager/pkg/controller/acmeorders"
@@ -72,6 +75,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	fs := pflag.NewFlagSet("controller", pflag.ContinueOnError)
 	version := fs.Bool("version", false, "print the cert-manager version and exit")
+	configFile := fs.String("config", "", "a ControllerConfiguration file (the chart's controller ConfigMap)")
 	fs.StringVar(&cfg.KubeConfig, "kubeconfig", "", "kubeconfig of the cluster to manage")
 	fs.StringVar(&cfg.ClusterResourceNamespace, "cluster-resource-namespace", cfg.ClusterResourceNamespace, "namespace of ClusterIssuer secrets")
 	fs.BoolVar(&cfg.EnableGatewayAPI, "enable-gateway-api", cfg.EnableGatewayAPI, "Gateway API support (gateway-shim, HTTPRoute HTTP-01 solver)")
@@ -80,6 +84,20 @@ func run(ctx context.Context, args []string) error {
 	logf.AddFlags(&cfg.Logging, fs)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *configFile != "" { // the file under the flags, as upstream: parse the flags again over it
+		loader, err := configfile.NewConfigurationFSLoader(nil, *configFile)
+		if err != nil {
+			return err
+		}
+		fromFile := controllerconfigfile.New()
+		if err := loader.Load(fromFile); err != nil {
+			return fmt.Errorf("config file %s: %w", *configFile, err)
+		}
+		fromFile.Config.DeepCopyInto(cfg)
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
 	}
 	if *version {
 		fmt.Println(util.VersionInfo().GitVersion)
