@@ -1,6 +1,7 @@
 """The embedded lab from the command line:
 
     python -m lab up [--nodes N] [--ttl SECONDS]   start it detached (or report the running one)
+                     [--acme-address A]
     python -m lab status                           what runs
     python -m lab down                             stop everything it started, and verify
 
@@ -136,6 +137,9 @@ def describe(status: dict, state: Path) -> str:
     if pids:
         lines.append(f"  processes   supervisor {status.get('pid')} + {len(pids)}: "
                      + ", ".join(f"{k} {v}" for k, v in sorted(pids.items())))
+    acme = status.get("acme")
+    if acme:
+        lines.append(f"  ACME        {acme['directory']} (Pebble; CA {_rel(acme['caBundle'])}), DNS {acme['nameserver']}")
     lines.append(f"  logs        {_rel(state / 'logs')}")
     return "\n".join(lines)
 
@@ -173,7 +177,7 @@ def cmd_up(args) -> int:
         logs.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "lab.supervisor", "--state-dir", str(state.resolve()),
                 "--nodes", str(args.nodes), "--first-address", args.first_address,
-                "--hub-address", args.hub_address, "--ttl", str(args.ttl)]
+                "--hub-address", args.hub_address, "--acme-address", args.acme_address, "--ttl", str(args.ttl)]
         t0 = time.monotonic()
         with open(logs / "supervisor.log", "ab") as log:
             proc = subprocess.Popen(argv, cwd=ROOT, env=_tools_env(), stdin=subprocess.DEVNULL, stdout=log,
@@ -311,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--nodes", type=int, default=sup.DEFAULT_NODES, help="emulated Talos nodes (default 2)")
     up.add_argument("--first-address", default=sup.DEFAULT_FIRST_ADDRESS)
     up.add_argument("--hub-address", default=sup.DEFAULT_HUB_ADDRESS, help="'' runs no hub")
+    up.add_argument("--acme-address", default=sup.DEFAULT_ACME_ADDRESS,
+                    help="Pebble (ACME) address, its DNS server on the next one; '' runs none and the "
+                         "certificate issuer stand-in replaces cert-manager (default 127.0.10.2)")
     up.add_argument("--ttl", type=float, default=sup.DEFAULT_TTL, help="seconds until the lab stops by itself (4 h)")
     up.add_argument("--timeout", type=float, default=UP_TIMEOUT, help="seconds to wait for it to come up")
     down = sub.add_parser("down", help="stop everything the lab started")

@@ -7,7 +7,10 @@ When an emulated cluster is bootstrapped, the ClusterManager starts, for that cl
   hands out works unchanged;
 - kwok as every member's kubelet (lab/kwok): a Node per member, registered by the lab the way a
   kubelet registers itself, NotReady until the Cilium agent pod on it is Ready;
-- the lab stand-ins (cert issuer, Gateway/LB-IPAM/Envoy, kontinuum-server) against it;
+- real cert-manager (lab/certmanager.py: its controller and webhook as processes) when the lab
+  runs an ACME server (lab/acme.py), with the zone host records published in the lab's DNS
+  (lab/zone_dns.py); without one, the certificate issuer stand-in instead;
+- the lab stand-ins (Gateway/LB-IPAM/Envoy, kontinuum-server; cert issuer without ACME) against it;
 - a health probe for the emulator's HealthCheck, read from the real apiserver.
 
 A ClusterRunner owns one cluster. All of its child processes are started from the runner's own
@@ -34,11 +37,14 @@ from kubernetes import client
 
 from kontinuum.talos.pki import CertKey
 from lab import kwok
+from lab.acme import Acme
+from lab.certmanager import CertManager
 from lab.controlplane import ClusterPKI, ControlPlane
 from lab.process import Managed
 from lab.standins.loop import REQUEST_TIMEOUT, api_client, describe
 from lab.talos_node.cluster import ClusterRegistry, HealthQuery
 from lab.talos_node.node import EmulatedNode
+from lab.zone_dns import ZoneDns
 
 log = logging.getLogger(__name__)
 
@@ -287,6 +293,7 @@ class ClusterRunner:
         hub_kubeconfig: Path | None = None,
         poll: float = POLL,
         standins: bool = True,
+        acme: Acme | None = None,
     ) -> None:
         assert host.config is not None
         self.registry = registry
@@ -298,6 +305,9 @@ class ClusterRunner:
         self.hub_kubeconfig = hub_kubeconfig
         self.poll = poll
         self.with_standins = standins
+        self.acme = acme
+        self.cert_manager: CertManager | None = None
+        self.zone_dns: ZoneDns | None = None
         self.address = self._bind_address()
         self.state = "starting"
         self.control_plane: ControlPlane | None = None
@@ -346,6 +356,8 @@ class ClusterRunner:
         procs = list(self.control_plane.processes) if self.control_plane else []
         if self.kwok is not None:
             procs.append(self.kwok)
+        if self.cert_manager is not None:
+            procs += self.cert_manager.processes()
         return {f"{self.name}/{p.name}": p.pid for p in procs if p.running() and p.pid}
 
     def _run(self) -> None:
@@ -392,6 +404,10 @@ class ClusterRunner:
         self._api = api_client(self.kubeconfig_path)
         self.kwok = kwok.start(self.workdir, self.kubeconfig_path, cluster=self.name,
                                node_ip=self.host.address, pod_cidr=self.config.pod_subnet)
+        if self.with_standins and self.acme is not None:
+            self.cert_manager = CertManager(self.workdir, self.kubeconfig_path, cluster=self.name,
+                                            nameservers=[self.acme.nameserver])
+            self.zone_dns = ZoneDns(self.acme, cluster=self.name)
         self._tick()  # register the members before anyone asks the probe
         self.registry.set_health_probe(self.key, self.probe)
         if self.with_standins:
@@ -402,7 +418,8 @@ class ClusterRunner:
         from lab.standins.gateway import GatewayStandin
         from lab.standins.kontinuum_server import KontinuumServer
 
-        self.standins.append(CertIssuer(self.kubeconfig_path, cluster=self.name).start())
+        if self.cert_manager is None:  # no ACME server in this lab: nothing real could issue
+            self.standins.append(CertIssuer(self.kubeconfig_path, cluster=self.name).start())
         self.standins.append(GatewayStandin(self.kubeconfig_path, cluster=self.name).start())
         if self.hub_kubeconfig is not None:
             # Region and zone come from the zone's kontinuum-env ConfigMap; these are fallbacks only.
@@ -411,6 +428,10 @@ class ClusterRunner:
             )
 
     def _stop_processes(self) -> None:
+        if self.cert_manager is not None:
+            self.cert_manager.stop()
+        if self.zone_dns is not None:
+            self.zone_dns.clear()
         if self.kwok is not None:
             self.kwok.stop()
             self.kwok = None
@@ -444,6 +465,13 @@ class ClusterRunner:
             self._reconcile_nodes()
         except Exception as e:  # noqa: BLE001 - retried on the next tick
             log.warning("cluster %s: reconcile failed, retrying: %s", self.name, describe(e))
+        for part in (self.cert_manager, self.zone_dns):
+            if part is None or self._api is None:
+                continue
+            try:
+                part.reconcile(self._api)
+            except Exception as e:  # noqa: BLE001 - retried on the next tick
+                log.warning("cluster %s: %s reconcile failed, retrying: %s", self.name, type(part).__name__, describe(e))
 
     def members(self) -> list[EmulatedNode]:
         """Nodes of this cluster whose kubelet would be up: configured with its config."""
@@ -556,8 +584,10 @@ class ClusterManager:
         poll: float = 0.5,
         runner_poll: float = POLL,
         standins: bool = True,
+        acme: Acme | None = None,
     ) -> None:
         self.registry = registry
+        self.acme = acme
         self.workdir = Path(workdir)
         self.hub_kubeconfig = hub_kubeconfig
         self.poll = poll
@@ -653,7 +683,7 @@ class ClusterManager:
             digest = hashlib.sha256(key.encode()).hexdigest()[:8]
             runner = ClusterRunner(
                 self.registry, key, host, self.workdir / f"{_safe(host.config.cluster_name)}-{digest}",
-                hub_kubeconfig=self.hub_kubeconfig, poll=self.runner_poll, standins=self.standins,
+                hub_kubeconfig=self.hub_kubeconfig, poll=self.runner_poll, standins=self.standins, acme=self.acme,
             )
             with self._lock:
                 self.runners[key] = runner

@@ -1,7 +1,12 @@
 """The lab as one process: hub, emulated Talos nodes, control planes for their clusters, stand-ins.
 
     python -m lab.supervisor --state-dir .state/lab [--nodes 2] [--first-address 127.0.10.11]
-        [--hub-address 127.0.0.2] [--ttl 14400]
+        [--hub-address 127.0.0.2] [--acme-address 127.0.10.2] [--ttl 14400]
+
+With an ACME address the lab runs the real parts of certificate issuance: Pebble there and its
+DNS server at the next address (lab/acme.py), real cert-manager in every cluster
+(lab/certmanager.py), and links to the pinned upstream charts and CRDs under
+<state-dir>/upstream/ (lab/upstream.py) for the stack config to name.
 
 `python -m lab up` starts this detached; `python -m lab down` sends it SIGTERM. It stops every
 process it started (by pid; they also die with it through PDEATHSIG) on SIGTERM/SIGINT or when
@@ -40,6 +45,9 @@ DEFAULT_STATE = ROOT / ".state" / "lab"
 DEFAULT_NODES = 2
 DEFAULT_FIRST_ADDRESS = "127.0.10.11"
 DEFAULT_HUB_ADDRESS = "127.0.0.2"
+DEFAULT_ACME_ADDRESS = "127.0.10.2"  # and its DNS server on 127.0.10.3
+ACME_DIR = "acme"
+UPSTREAM_DIR = "upstream"
 DEFAULT_TTL = 4 * 3600.0
 STATUS_EVERY = 2.0  # seconds between status.json refreshes
 
@@ -79,8 +87,10 @@ def _now() -> str:
 
 class Supervisor:
     def __init__(self, state_dir: Path, addresses: list[str], *, hub_address: str | None, ttl: float,
-                 reboot_delay: float = 1.0, control_port: int = CONTROL_PORT) -> None:
+                 reboot_delay: float = 1.0, control_port: int = CONTROL_PORT, acme_address: str | None = None) -> None:
         self.state_dir = Path(state_dir)
+        self.acme_address = acme_address
+        self.acme = None
         self.addresses = addresses
         self.hub_address = hub_address
         self.ttl = ttl
@@ -105,6 +115,8 @@ class Supervisor:
         out: dict[str, int] = {}
         if self.hub is not None:
             out.update({f"hub/{p.name}": p.pid for p in self.hub.control_plane.processes if p.running() and p.pid})
+        if self.acme is not None:
+            out.update({f"acme/{p.name}": p.pid for p in self.acme.processes() if p.running() and p.pid})
         if self.manager is not None:
             out.update(self.manager.pids())
         return out
@@ -132,6 +144,8 @@ class Supervisor:
             "updated": _now(),
             "hub": {"address": self.hub_address, "server": self.hub.server if self.hub else None,
                     "kubeconfig": str(self.hub_kubeconfig)} if self.hub_address else None,
+            "acme": {"directory": self.acme.directory, "nameserver": self.acme.nameserver,
+                     "caBundle": str(self.state_dir / ACME_DIR / "ca.crt")} if self.acme else None,
             "nodes": nodes,
             "clusters": clusters,
             "pids": self.pids(),
@@ -187,9 +201,18 @@ class Supervisor:
                 f.write(self.hub.kubeconfig)
             os.replace(tmp, self.hub_kubeconfig)
             self.write_status()
+        if self.acme_address:
+            from lab import upstream
+            from lab.acme import Acme
+
+            upstream.link(self.state_dir / UPSTREAM_DIR)
+            dns = str(ipaddress.ip_address(self.acme_address) + 1)
+            self.acme = Acme(self.state_dir / ACME_DIR, address=check_loopback(self.acme_address),
+                             dns_address=check_loopback(dns)).start()
+            self.write_status()
         self.lab = Lab(reboot_delay=self.reboot_delay).start()
         self.manager = ClusterManager(self.lab.clusters, self.state_dir / "clusters",
-                                      hub_kubeconfig=self.hub_kubeconfig if self.hub else None).start()
+                                      hub_kubeconfig=self.hub_kubeconfig if self.hub else None, acme=self.acme).start()
         for address in self.addresses:
             node = self.lab.add_node(address)
             self.controls.append(control.serve(node, self.control_port))
@@ -204,6 +227,7 @@ class Supervisor:
             ("node control endpoints", self._close_controls),
             ("Talos nodes", lambda: self.lab and self.lab.stop()),
             ("hub", lambda: self.hub and self.hub.stop()),
+            ("ACME server", lambda: self.acme and self.acme.stop()),
         ]
         for what, step in steps:
             try:
@@ -229,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=DEFAULT_NODES)
     parser.add_argument("--first-address", default=DEFAULT_FIRST_ADDRESS)
     parser.add_argument("--hub-address", default=DEFAULT_HUB_ADDRESS, help="'' runs no hub")
+    parser.add_argument("--acme-address", default="", help="Pebble's address (its DNS at the next one); '' runs none")
     parser.add_argument("--ttl", type=float, default=DEFAULT_TTL, help="seconds until the lab stops by itself")
     parser.add_argument("--reboot-delay", type=float, default=1.0)
     parser.add_argument("--control-port", type=int, default=CONTROL_PORT)
@@ -237,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         addresses = node_addresses(args.first_address, args.nodes)
         if args.hub_address:
             check_loopback(args.hub_address)
+        if args.acme_address:
+            check_loopback(str(ipaddress.ip_address(check_loopback(args.acme_address)) + 1))
     except ValueError as e:
         parser.error(str(e))
     if shutil.which("kube-apiserver") is None:
@@ -246,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     sup = Supervisor(args.state_dir.resolve(), addresses, hub_address=args.hub_address or None, ttl=args.ttl,
-                     reboot_delay=args.reboot_delay, control_port=args.control_port)
+                     reboot_delay=args.reboot_delay, control_port=args.control_port,
+                     acme_address=args.acme_address or None)
 
     def on_signal(signum, _frame):
         sup.stop_event.set()

@@ -17,10 +17,12 @@ def lab_cli(state: Path, *args: str, timeout: float = 400) -> subprocess.Complet
 
 
 @contextmanager
-def running_lab(state: Path, *, nodes: int, first_address: str, hub_address: str, ttl: float = 1800):
-    """Yields the state directory; `lab down` must leave nothing running."""
+def running_lab(state: Path, *, nodes: int, first_address: str, hub_address: str, ttl: float = 1800,
+                acme_address: str = ""):
+    """Yields the state directory; `lab down` must leave nothing running. With an ACME address
+    the lab runs Pebble and real cert-manager (lab/supervisor.py)."""
     up = lab_cli(state, "up", "--nodes", str(nodes), "--first-address", first_address,
-                 "--hub-address", hub_address, "--ttl", str(ttl))
+                 "--hub-address", hub_address, "--acme-address", acme_address, "--ttl", str(ttl))
     try:
         assert up.returncode == 0, f"lab up failed:\n{up.stdout}\n{up.stderr}"
         yield state

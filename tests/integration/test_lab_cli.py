@@ -44,7 +44,8 @@ def test_up_status_down_leaves_nothing_running(tools_bin, tmp_path):
     state = tmp_path / "lab"
     kubeconfig = state / "hub" / "kubeconfig"
     supervisor, children = 0, {}
-    up = lab(state, "up", "--nodes", "1", "--first-address", NODE, "--hub-address", HUB, "--ttl", "900")
+    up = lab(state, "up", "--nodes", "1", "--first-address", NODE, "--hub-address", HUB, "--acme-address", "",
+             "--ttl", "900")
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         supervisor = int((state / "supervisor.pid").read_text())
@@ -52,7 +53,7 @@ def test_up_status_down_leaves_nothing_running(tools_bin, tmp_path):
         hub = client.CoreV1Api(kconfig.new_client_from_config_dict(yaml.safe_load(kubeconfig.read_text())))
         assert hub.list_namespace(_request_timeout=10).items
 
-        again = lab(state, "up", "--nodes", "1", "--first-address", NODE, "--hub-address", HUB)
+        again = lab(state, "up", "--nodes", "1", "--first-address", NODE, "--hub-address", HUB, "--acme-address", "")
         assert again.returncode == 0 and "already running" in again.stdout and str(supervisor) in again.stdout
 
         # A cluster on the lab's node brings its own control plane and kwok into the lab.
