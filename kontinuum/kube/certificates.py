@@ -3,7 +3,9 @@
 A Ready condition counts only for the Certificate's current generation (cert-manager stamps
 observedGeneration), so a changed Certificate waits for its re-issue rather than passing on
 the old one. On timeout the message names what was seen: the Certificate's conditions, its
-issuer's state and the Gateway that should serve the HTTP-01 challenge.
+issuer's state, cert-manager's own reason on each pending ACME Challenge for its names (why
+the HTTP-01 self check or the ACME server's validation fails, e.g. a host that does not
+resolve), and the Gateway that should serve the HTTP-01 challenge.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from kontinuum.kube.clients import api_client, describe_error
 
 CM_GROUP = "cert-manager.io"
 CM_VERSION = "v1"
+ACME_GROUP = "acme.cert-manager.io"
 REQUEST_TIMEOUT = 15.0
 
 
@@ -61,13 +64,29 @@ def issuer_of(cert: dict | None) -> tuple[str, str]:
     return ref.get("kind") or "Issuer", ref.get("name") or "?"
 
 
+def describe_challenges(cert: dict | None, challenges: list[dict]) -> str | None:
+    """cert-manager's state and reason for each Challenge of the Certificate's names, or None."""
+    names = set(((cert or {}).get("spec") or {}).get("dnsNames") or [])
+    out = []
+    for ch in sorted(challenges, key=lambda c: (c.get("metadata") or {}).get("name", "")):
+        spec, status = ch.get("spec") or {}, ch.get("status") or {}
+        if spec.get("dnsName") not in names:
+            continue
+        state = status.get("state") or "pending"
+        reason = status.get("reason") or "no reason given yet"
+        out.append(f"Challenge {ch['metadata']['name']} ({spec.get('type', 'HTTP-01')} for {spec['dnsName']}): "
+                   f"{state}: {reason}")
+    return "; ".join(out) or None
+
+
 def timeout_message(namespace: str, name: str, timeout: float, last: str, cert: dict | None,
-                    issuer_state: str | None, gateway: str | None) -> str:
+                    issuer_state: str | None, gateway: str | None, challenges: str | None = None) -> str:
     kind, issuer = issuer_of(cert)
     where = f"{kind} {issuer}" + (f" (now: {issuer_state})" if issuer_state else "")
     gw = f"Gateway {gateway}" if gateway else "the Gateway"
+    said = f"cert-manager says: {challenges}. " if challenges else ""
     return (
-        f"Certificate {namespace}/{name} not Ready after {timeout:g} s: {last}. "
+        f"Certificate {namespace}/{name} not Ready after {timeout:g} s: {last}. {said}"
         f"Check the {where} (kubectl describe {kind.lower()} {issuer}: is its ACME account registered?), "
         f"{gw}'s HTTP listener on port 80 (cert-manager attaches its HTTP-01 challenge route there; "
         "it must be reachable from the ACME server at http://<host>/.well-known/acme-challenge/) "
@@ -78,6 +97,15 @@ def timeout_message(namespace: str, name: str, timeout: float, last: str, cert: 
 
 
 # -- I/O ------------------------------------------------------------------------------------
+
+
+def _challenges(custom: client.CustomObjectsApi, cert: dict | None) -> str | None:
+    try:
+        items = custom.list_namespaced_custom_object(ACME_GROUP, "v1", cert["metadata"]["namespace"], "challenges",
+                                                     _request_timeout=REQUEST_TIMEOUT).get("items") or []
+    except Exception:  # noqa: BLE001 - best effort, for the message only (no ACME CRDs: no challenges)
+        return None
+    return describe_challenges(cert, items)
 
 
 def _issuer_state(custom: client.CustomObjectsApi, cert: dict | None) -> str | None:
@@ -124,8 +152,9 @@ def wait_ready(kubeconfig: str, namespace: str, name: str, *, timeout: float, in
                     last = f"cannot read the Certificate ({describe_error(e)})"
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise CertificateNotReady(timeout_message(namespace, name, timeout, last, cert,
-                                                              _issuer_state(custom, cert) if cert else None, gateway))
+                    raise CertificateNotReady(timeout_message(
+                        namespace, name, timeout, last, cert, _issuer_state(custom, cert) if cert else None, gateway,
+                        _challenges(custom, cert) if cert else None))
                 waker.pause(min(interval, remaining))
     finally:
         api.close()
