@@ -1,5 +1,7 @@
-"""The lab charts install for real: rendered by Helm's engine inside the pinned pulumi-kubernetes
-provider (there is no helm binary) and applied to a real apiserver, with the values Kontinuum sets.
+"""The upstream charts the lab installs (Cilium, cert-manager, Gateway API CRDs at their pins, from
+their Go module zips: lab/upstream.py) install for real: rendered by Helm's engine inside the
+pinned pulumi-kubernetes provider (there is no helm binary) and applied to a real apiserver, with
+the values Kontinuum sets.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import pytest
 import yaml
 from kubernetes import client, config as kconfig
 
-from lab import crds as lab_crds
+from lab import upstream
 from lab.pulumi_cli import Stack
 
 T = 10
@@ -41,25 +43,29 @@ PROGRAM = textwrap.dedent("""
             "cleanCiliumState": ["NET_ADMIN", "SYS_ADMIN", "SYS_RESOURCE"]}},
         "cgroup": {"autoMount": {"enabled": False}, "hostRoot": "/sys/fs/cgroup"},
         "k8sServiceHost": "localhost", "k8sServicePort": 7445,
-        "gatewayAPI": {"enabled": True, "enableAlpn": True, "enableAppProtocol": True},
+        "gatewayAPI": {"enabled": True, "enableAlpn": True, "enableAppProtocol": True,
+                       "gatewayClass": {"create": "true"}},
         "operator": {"replicas": 1},
     })
     ns = k8s.core.v1.Namespace("cert-manager", metadata={"name": "cert-manager"}, opts=pulumi.ResourceOptions(provider=p))
     k8s.helm.v4.Chart("cert-manager", chart=cfg.require("charts") + "/cert-manager", namespace="cert-manager",
-                      skip_await=True, values={"crds": {"enabled": True}, "config": {"enableGatewayAPI": True}},
+                      skip_await=True, values={"crds": {"enabled": True}, "config": {
+                          "apiVersion": "controller.config.cert-manager.io/v1alpha1",
+                          "kind": "ControllerConfiguration", "enableGatewayAPI": True}},
                       opts=pulumi.ResourceOptions(provider=p, depends_on=[crds, ns]))
 """)
 
 
-def test_lab_charts_install_through_pulumi_kubernetes(apiserver, api, tmp_path):
+def test_upstream_charts_install_through_pulumi_kubernetes(apiserver, api, tmp_path):
+    links = upstream.link(tmp_path / "upstream")
     project = tmp_path / "project"
     project.mkdir()
     (project / "Pulumi.yaml").write_text("name: lab-charts\nruntime: python\n")
     (project / "__main__.py").write_text(PROGRAM)
     stack = Stack(project, "charts", tmp_path / "state", passphrase="lab-charts").init()
     stack.set_config("kubeconfig", apiserver.admin_kubeconfig(), secret=True)
-    stack.set_config("charts", str(lab_crds.LAB / "charts"))
-    stack.set_config("gatewayApi", str(lab_crds.GATEWAY_API_DIR))
+    stack.set_config("charts", str(tmp_path / "upstream"))
+    stack.set_config("gatewayApi", str(links["gateway-api"]))
     stack.up(timeout=600)
 
     apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
@@ -67,13 +73,13 @@ def test_lab_charts_install_through_pulumi_kubernetes(apiserver, api, tmp_path):
     pod = agent.spec.template.spec
     assert pod.host_network and [t.operator for t in pod.tolerations] == ["Exists"]
     assert "SYS_MODULE" not in pod.containers[0].security_context.capabilities.add
-    assert [c.name for c in pod.init_containers] == ["apply-sysctl-overwrites", "clean-cilium-state"]  # no cgroup mount
+    inits = [c.name for c in pod.init_containers]
+    assert "clean-cilium-state" in inits and "mount-cgroup" not in inits  # Talos mounts the cgroup fs
     env = {e.name: e.value for e in pod.containers[0].env if e.value}
     assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == ("localhost", "7445")
 
     op = apps.read_namespaced_deployment("cilium-operator", "kube-system", _request_timeout=T)
     assert op.spec.replicas == 1 and op.spec.template.spec.host_network
-    assert op.spec.template.spec.containers[0].ports[0].host_port == 9963
     anti = op.spec.template.spec.affinity.pod_anti_affinity.required_during_scheduling_ignored_during_execution
     assert anti[0].topology_key == "kubernetes.io/hostname"
 
@@ -88,9 +94,13 @@ def test_lab_charts_install_through_pulumi_kubernetes(apiserver, api, tmp_path):
     names = {d.metadata.labels["app.kubernetes.io/name"]: d for d in deployments}
     assert set(names) == {"cert-manager", "webhook", "cainjector"}
     assert all(d.metadata.labels["app.kubernetes.io/instance"] == "cert-manager" for d in deployments)
-    assert "--enable-gateway-api" in names["cert-manager"].spec.template.spec.containers[0].args
+    controller_config = core.read_namespaced_config_map("cert-manager", "cert-manager", _request_timeout=T).data
+    assert yaml.safe_load(controller_config["config.yaml"])["enableGatewayAPI"] is True
     crd = client.ApiextensionsV1Api(api).read_custom_resource_definition("certificates.cert-manager.io", _request_timeout=T)
     assert crd.metadata.annotations["helm.sh/resource-policy"] == "keep"
-    adm = client.AdmissionregistrationV1Api(api)
-    assert not adm.list_validating_webhook_configuration(_request_timeout=T).items
-    assert not adm.list_mutating_webhook_configuration(_request_timeout=T).items
+    adm = client.AdmissionregistrationV1Api(api)  # served by the real webhook in the lab (lab/certmanager.py)
+    for cfg in (adm.read_validating_webhook_configuration("cert-manager-webhook", _request_timeout=T),
+                adm.read_mutating_webhook_configuration("cert-manager-webhook", _request_timeout=T)):
+        assert cfg.metadata.annotations["cert-manager.io/inject-ca-from-secret"] == "cert-manager/cert-manager-webhook-ca"
+        assert {(w.client_config.service.namespace, w.client_config.service.name) for w in cfg.webhooks} == {
+            ("cert-manager", "cert-manager-webhook")}
