@@ -21,6 +21,7 @@ from typing import Protocol
 
 from kubernetes import client
 
+from lab.standins import gateway_model as m
 from lab.standins.loop import REQUEST_TIMEOUT
 
 log = logging.getLogger(__name__)
@@ -36,26 +37,10 @@ class Records(Protocol):
 # -- pure -----------------------------------------------------------------------------------
 
 
-def parse_selector(text: str | None) -> dict[str, str]:
-    """cilium-config's `k1=v1,k2=v2` label selector text."""
-    out = {}
-    for part in (text or "").split(","):
-        if "=" in part:
-            k, v = part.split("=", 1)
-            out[k.strip()] = v.strip()
-    return out
-
-
-def ready_node_ips(nodes: list[client.V1Node], selector: dict[str, str]) -> list[str]:
-    out = []
-    for n in nodes:
-        labels = n.metadata.labels or {}
-        if any(labels.get(k) != v for k, v in selector.items()):
-            continue
-        if not any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or [])):
-            continue
-        out += [a.address for a in (n.status.addresses or []) if a.type == "InternalIP"]
-    return sorted(out)
+def host_network_ips(nodes: list[dict], cfg: m.CiliumConfig) -> list[str]:
+    """Where Envoy listens in host-network mode: the matching Ready nodes' InternalIPs."""
+    return sorted(ip for n in nodes if m.node_ready(n) and (ip := m.node_internal_ip(n))
+                  and m.selector_matches({"matchLabels": cfg.host_network_nodes}, (n.get("metadata") or {}).get("labels")))
 
 
 def gateway_records(gateway: dict, host_network: bool, node_ips: list[str]) -> dict[str, list[str]]:
@@ -86,20 +71,16 @@ class ZoneDns:
             if e.status != 404:  # no Gateway API yet: nothing to publish
                 raise
             gateways = []
-        cfg = {}
-        try:
-            cfg = core.read_namespaced_config_map("cilium-config", "kube-system", _request_timeout=REQUEST_TIMEOUT).data or {}
-        except client.ApiException as e:
-            if e.status != 404:
-                raise
-        host_network = cfg.get("gateway-api-hostnetwork-enabled") == "true"
+        maps = core.list_config_map_for_all_namespaces(field_selector="metadata.name=cilium-config",
+                                                       _request_timeout=REQUEST_TIMEOUT).items
+        cfg = m.CiliumConfig.of(maps[0].data if maps else None)
         node_ips = []
-        if host_network:
-            nodes = core.list_node(_request_timeout=REQUEST_TIMEOUT).items
-            node_ips = ready_node_ips(nodes, parse_selector(cfg.get("gateway-api-hostnetwork-nodelabelselector")))
+        if cfg.host_network:
+            nodes = [api.sanitize_for_serialization(n) for n in core.list_node(_request_timeout=REQUEST_TIMEOUT).items]
+            node_ips = host_network_ips(nodes, cfg)
         want: dict[str, list[str]] = {}
         for gw in gateways:
-            want.update(gateway_records(gw, host_network, node_ips))
+            want.update(gateway_records(gw, cfg.host_network, node_ips))
         for host in sorted(set(self.published) - set(want)):
             self.records.clear_a(host)
             log.info("cluster %s: DNS (lab stand-in for the operator): cleared %s", self.cluster, host)
