@@ -11,7 +11,8 @@ are what Cilium would make them:
   no address in the status, the InternalIPs of the Ready nodes Envoy listens on (those matching
   `gateway-api-hostnetwork-nodelabelselector`).
 A Gateway with neither gets no record (nothing could be reached), and a record whose Gateway
-went away is cleared.
+went away is cleared. The lab's DNS serves the lab's own domain only (kontinuum.test by
+default): a zone under any other domain is published by nobody, so its host does not resolve.
 """
 
 from __future__ import annotations
@@ -58,9 +59,10 @@ def gateway_records(gateway: dict, host_network: bool, node_ips: list[str]) -> d
 class ZoneDns:
     """Keeps one cluster's Gateway host records in `records`; reconcile() from the runner's thread."""
 
-    def __init__(self, records: Records, *, cluster: str):
+    def __init__(self, records: Records, *, cluster: str, domain: str = "kontinuum.test"):
         self.records = records
         self.cluster = cluster
+        self.domain = domain.strip(".").lower()
         self.published: dict[str, list[str]] = {}
 
     def reconcile(self, api: client.ApiClient) -> None:
@@ -81,6 +83,7 @@ class ZoneDns:
         want: dict[str, list[str]] = {}
         for gw in gateways:
             want.update(gateway_records(gw, cfg.host_network, node_ips))
+        want = {h: a for h, a in want.items() if h.lower() == self.domain or h.lower().endswith("." + self.domain)}
         for host in sorted(set(self.published) - set(want)):
             self.records.clear_a(host)
             log.info("cluster %s: DNS (lab stand-in for the operator): cleared %s", self.cluster, host)
