@@ -19,6 +19,10 @@ def tools_bin() -> Path:
     missing = [t for t in ("pulumi", "etcd", "kube-apiserver") if not (bin_dir / t).exists()]
     if missing:
         pytest.fail(f"pinned tools missing from {bin_dir}: {', '.join(missing)}; run `make tools`")
+    # The pinned upstream charts and CRDs where stacks/Pulumi.lab.yaml names them (as `lab up` links them).
+    from lab import upstream
+
+    upstream.link(ROOT / ".state" / "lab" / "upstream")
     mp = pytest.MonkeyPatch()
     mp.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     yield bin_dir

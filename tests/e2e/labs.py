@@ -3,12 +3,22 @@ its own, on the module's own loopback addresses, and always taken down again."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+import yaml
+
+from lab import upstream
 from lab.pulumi_cli import ROOT
+
+LAB_STACK = ROOT / "stacks" / "Pulumi.lab.yaml"
+# Our own minimal cert-manager chart (no webhooks), for labs without an ACME server: there the
+# certificate issuer stand-in plays issuance, and the upstream chart's webhooks (served by the
+# real webhook only in labs with ACME) would refuse cert-manager's objects.
+STANDIN_CERT_MANAGER_CHART = ROOT / "lab" / "charts" / "cert-manager"
 
 
 def lab_cli(state: Path, *args: str, timeout: float = 400) -> subprocess.CompletedProcess:
@@ -29,3 +39,23 @@ def running_lab(state: Path, *, nodes: int, first_address: str, hub_address: str
     finally:
         down = lab_cli(state, "down")
         assert down.returncode == 0, f"lab down left processes behind:\n{down.stdout}\n{down.stderr}"
+
+
+def lab_stack_config(state: Path) -> dict:
+    """stacks/Pulumi.lab.yaml for the lab in `state`: its hub, the pinned upstream charts and CRDs,
+    and, when the lab runs Pebble, its ACME directory and CA; otherwise our stand-in cert-manager
+    chart (see STANDIN_CERT_MANAGER_CHART)."""
+    cfg = yaml.safe_load(LAB_STACK.read_text())["config"]
+    cfg["kontinuum:hubKubeconfigFile"] = str(state / "hub" / "kubeconfig")
+    links = upstream.link(state / "upstream")
+    addons = cfg["kontinuum:defaults"]["addons"]
+    addons["cilium"]["chart"] = {"path": str(links["cilium"])}
+    addons["gatewayApi"]["source"] = str(links["gateway-api"])
+    acme = json.loads((state / "status.json").read_text()).get("acme")
+    if acme:
+        addons["certManager"]["chart"] = {"path": str(links["cert-manager"])}
+        cfg["kontinuum:hub"]["acme"] = {**cfg["kontinuum:hub"]["acme"], "server": acme["directory"],
+                                        "caBundle": Path(acme["caBundle"]).read_text()}
+    else:
+        addons["certManager"] = {"chart": {"path": str(STANDIN_CERT_MANAGER_CHART)}}
+    return cfg

@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import client
 
 from kontinuum.hub import crds as hub_crds
@@ -28,7 +27,7 @@ from kontinuum.kube.clients import api_client
 from lab.pulumi_cli import ROOT, Stack
 from lab.talos_node import control
 from tests.e2e import kills
-from tests.e2e.labs import running_lab
+from tests.e2e.labs import lab_stack_config, running_lab
 
 FIRST = "127.0.36.11"
 HUB_ADDRESS = "127.0.0.36"
@@ -49,8 +48,7 @@ def lab(tools_bin, tmp_path_factory):
 
 
 def lab_config(lab: Path, zones: list[dict]) -> dict:
-    cfg = yaml.safe_load((ROOT / "stacks" / "Pulumi.lab.yaml").read_text())["config"]
-    cfg["kontinuum:hubKubeconfigFile"] = str(lab / "hub" / "kubeconfig")
+    cfg = lab_stack_config(lab)
     cfg["kontinuum:zones"] = zones
     return cfg
 

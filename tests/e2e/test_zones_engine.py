@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import client
 
 from kontinuum import zone_identity
@@ -23,9 +22,8 @@ from kontinuum.hub.registry import Registry, parse_heartbeat
 from kontinuum.kube.clients import api_client
 from lab.pulumi_cli import ROOT, Stack
 from lab.talos_node import control
-from tests.e2e.labs import lab_cli, running_lab
+from tests.e2e.labs import lab_cli, lab_stack_config, running_lab
 
-LAB_STACK = ROOT / "stacks" / "Pulumi.lab.yaml"
 FIRST = "127.0.34.11"
 HUB_ADDRESS = "127.0.0.34"
 NODES = 5  # a, b: the two-zone stack; c: the wrong identity; d, e: dead control planes
@@ -61,8 +59,7 @@ def lab_status(lab: Path) -> dict:
 
 def lab_config(lab: Path, zones: list[dict], **timeouts) -> dict:
     """stacks/Pulumi.lab.yaml with this lab's hub kubeconfig, the given zones and timeouts."""
-    cfg = yaml.safe_load(LAB_STACK.read_text())["config"]
-    cfg["kontinuum:hubKubeconfigFile"] = str(hub_kubeconfig(lab))
+    cfg = lab_stack_config(lab)
     cfg["kontinuum:defaults"]["timeouts"].update(timeouts)
     cfg["kontinuum:zones"] = zones
     return cfg

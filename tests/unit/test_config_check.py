@@ -124,6 +124,9 @@ def test_checker_exit_codes_and_messages(tmp_path):
 
 
 def test_checker_on_the_shipped_stacks():
+    from lab import upstream
+
+    upstream.link(ROOT / ".state" / "lab" / "upstream")  # where the lab stack names them (`lab up` links them)
     files = sorted(str(p) for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
     out = subprocess.run([sys.executable, "-m", "kontinuum", "check", *files], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
