@@ -8,6 +8,7 @@ only way in here, as for the tools) and is copied once into a cache outside the 
 - cert-manager: cert-manager's chart (github.com/cert-manager/cert-manager,
   deploy/charts/cert-manager). The source tree carries Chart.template.yaml, which cert-manager's
   release tooling turns into Chart.yaml with the version filled in; this does the same;
+- cert-manager-crds: its CRDs (deploy/crds), for tests that need the kinds without the chart;
 - gateway-api: the Gateway API standard-channel CRDs (sigs.k8s.io/gateway-api,
   config/crd/standard).
 
@@ -53,6 +54,7 @@ ARTIFACTS = {
         Artifact("cilium", "github.com/cilium/cilium", "CILIUM_VERSION", "install/kubernetes/cilium"),
         Artifact("cert-manager", "github.com/cert-manager/cert-manager", "CERT_MANAGER_VERSION",
                  "deploy/charts/cert-manager"),
+        Artifact("cert-manager-crds", "github.com/cert-manager/cert-manager", "CERT_MANAGER_VERSION", "deploy/crds"),
         Artifact("gateway-api", "sigs.k8s.io/gateway-api", "GATEWAY_API_VERSION", "config/crd/standard"),
     )
 }

@@ -1,27 +1,18 @@
-"""The lab's own minimal CRD sets and a bounded installer for any list of CRDs.
+"""The CRD sets the lab's tests install directly, and a bounded installer for any list of CRDs.
 
-The lab never fetches upstream bundles: `gateway-api/` holds our stand-ins for the Gateway
-API standard channel (same groups, kinds, versions and shortNames; permissive schemas) and the
-cert-manager CRDs live in the lab cert-manager chart (`charts/cert-manager/files/crds/`), where
-its templates render them when `crds.enabled` is set. Real users point the addon config at the
-upstream bundle and chart instead.
+The sets are the pinned upstream ones (lab/upstream.py): the Gateway API standard channel and
+cert-manager's CRDs, read from their Go module zips.
 """
 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import yaml
 from kubernetes import client
 
+from lab import upstream
 from lab.process import wait_until
-
-LAB = Path(__file__).resolve().parent.parent
-GATEWAY_API_DIR = LAB / "crds" / "gateway-api"
-CERT_MANAGER_CRDS_DIR = LAB / "charts" / "cert-manager" / "files" / "crds"
-# The standard-channel release whose kinds and versions our stand-ins mirror.
-GATEWAY_API_BUNDLE_VERSION = "v1.2.1"
 
 REQUEST_TIMEOUT = 10.0  # seconds, per API call
 ESTABLISH_TIMEOUT = 30.0  # seconds for every CRD of one install to be Established
@@ -29,18 +20,21 @@ ESTABLISH_TIMEOUT = 30.0  # seconds for every CRD of one install to be Establish
 log = logging.getLogger(__name__)
 
 
-def _load_dir(directory: Path) -> list[dict]:
-    return [yaml.safe_load(p.read_text()) for p in sorted(directory.glob("*.yaml"))]
+def _load(artifact: str) -> list[dict]:
+    docs = []
+    for p in sorted(upstream.prepare(artifact).glob("*.yaml")):
+        docs += [d for d in yaml.safe_load_all(p.read_text()) if isinstance(d, dict) and d.get("kind") == "CustomResourceDefinition"]
+    return docs
 
 
 def gateway_api() -> list[dict]:
-    """Our Gateway API standard-channel CRDs (GatewayClass, Gateway, HTTPRoute, GRPCRoute, ReferenceGrant)."""
-    return _load_dir(GATEWAY_API_DIR)
+    """The Gateway API standard-channel CRDs at the pinned version."""
+    return _load("gateway-api")
 
 
 def cert_manager() -> list[dict]:
-    """Our cert-manager CRDs exactly as the lab chart renders them with crds.enabled (keep annotation aside)."""
-    return _load_dir(CERT_MANAGER_CRDS_DIR)
+    """cert-manager's CRDs at the pinned version."""
+    return _load("cert-manager-crds")
 
 
 def apply(api_client: client.ApiClient, manifests: list[dict], *, timeout: float = ESTABLISH_TIMEOUT) -> None:

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from kontinuum.naming import instance_name
+from lab import upstream
 from lab.pulumi_cli import ROOT, Stack
 from lab.talos_node import control
-from tests.e2e.labs import running_lab
+from tests.e2e.labs import STANDIN_CERT_MANAGER_CHART, running_lab
 
 FIRST_ADDRESS = "127.0.33.11"
 HUB_ADDRESS = "127.0.0.33"
@@ -96,9 +97,9 @@ def write_config(stack: Stack, lab_state: Path, z: dict) -> None:
                           "auth": {"mode": "anonymous"}},
         "kontinuum:defaults": {
             "serverImage": "ghcr.io/kontinuum-sh/kontinuum-server:lab",
-            "addons": {"cilium": {"chart": {"path": str(ROOT / "lab" / "charts" / "cilium")}},
-                       "certManager": {"chart": {"path": str(ROOT / "lab" / "charts" / "cert-manager")}},
-                       "gatewayApi": {"source": str(ROOT / "lab" / "crds" / "gateway-api")}},
+            "addons": {"cilium": {"chart": {"path": str(upstream.prepare("cilium"))}},
+                       "certManager": {"chart": {"path": str(STANDIN_CERT_MANAGER_CHART)}},
+                       "gatewayApi": {"source": str(upstream.prepare("gateway-api"))}},
             "timeouts": TIMEOUTS,
         },
         "kontinuum:zones": [z],

@@ -18,7 +18,7 @@ LAB_STACK = ROOT / "stacks" / "Pulumi.lab.yaml"
 # Our own minimal cert-manager chart (no webhooks), for labs without an ACME server: there the
 # certificate issuer stand-in plays issuance, and the upstream chart's webhooks (served by the
 # real webhook only in labs with ACME) would refuse cert-manager's objects.
-STANDIN_CERT_MANAGER_CHART = ROOT / "lab" / "charts" / "cert-manager"
+STANDIN_CERT_MANAGER_CHART = ROOT / "lab" / "charts" / "cert-manager-standin"
 
 
 def lab_cli(state: Path, *args: str, timeout: float = 400) -> subprocess.CompletedProcess:

@@ -18,7 +18,7 @@ from kontinuum.talos import machineconfig as mc
 from kontinuum.talos import secrets, talosconfig
 from kontinuum.talos.client import TalosClient
 from kontinuum.talos.errors import ClusterUnhealthyError
-from lab import crds as lab_crds
+from lab import upstream
 from lab.clusters import ClusterManager
 from lab.process import pid_alive, wait_until
 from lab.pulumi_cli import Stack
@@ -117,7 +117,7 @@ def test_one_node_cluster_real_scheduler_and_cni_gated_health(tools, bundle, tmp
         (project / "__main__.py").write_text(PROGRAM)
         stack = Stack(project, "cilium", tmp_path / "state", passphrase="lab-cilium").init()
         stack.set_config("kubeconfig", kubeconfig, secret=True)
-        stack.set_config("chart", str(lab_crds.LAB / "charts" / "cilium"))
+        stack.set_config("chart", str(upstream.prepare("cilium")))
         stack.set_config("replicas", "2")
         stack.up(timeout=600)
 

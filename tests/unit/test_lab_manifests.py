@@ -1,4 +1,5 @@
-"""Our CRD sets and lab charts are well-formed before any apiserver sees them."""
+"""Our hub CRDs and stand-in chart are well-formed before any apiserver sees them, and the upstream
+CRD sets the lab installs are the pinned releases."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import yaml
 
 from kontinuum.hub import crds as hub_crds
 from lab import crds as lab_crds
+from lab import upstream
 
-CHARTS = Path(lab_crds.LAB) / "charts"
+CHARTS = Path(upstream.ROOT) / "lab" / "charts"
 
 
 def _names(manifests):
@@ -29,7 +31,7 @@ def test_hub_crds_are_kontinuum_sh_v1alpha1_with_real_schemas():
         assert "x-kubernetes-preserve-unknown-fields" not in str(schema)
 
 
-def test_gateway_api_crds_mirror_the_standard_channel():
+def test_gateway_api_crds_are_the_pinned_standard_channel():
     ms = {m["spec"]["names"]["kind"]: m for m in lab_crds.gateway_api()}
     served = {k: [v["name"] for v in m["spec"]["versions"]] for k, m in ms.items()}
     assert served == {
@@ -38,6 +40,7 @@ def test_gateway_api_crds_mirror_the_standard_channel():
     }
     for m in ms.values():
         assert m["metadata"]["annotations"]["gateway.networking.k8s.io/channel"] == "standard"
+        assert m["metadata"]["annotations"]["gateway.networking.k8s.io/bundle-version"] == upstream.pins()["GATEWAY_API_VERSION"]
         assert sum(v["storage"] for v in m["spec"]["versions"]) == 1
 
 
@@ -48,10 +51,10 @@ def test_cert_manager_crds_cover_every_kind():
     } | {("acme.cert-manager.io", k) for k in ("Order", "Challenge")}
 
 
-def test_charts_are_helm_v3_and_carry_no_webhook_configurations():
-    for chart in ("cilium", "cert-manager"):
+def test_the_stand_in_chart_is_helm_v3_and_carries_no_webhook_configurations():
+    for chart in ("cert-manager-standin",):
         meta = yaml.safe_load((CHARTS / chart / "Chart.yaml").read_text())
-        assert meta["apiVersion"] == "v2" and meta["name"] == chart
+        assert meta["apiVersion"] == "v2" and meta["name"] == "cert-manager"
         yaml.safe_load((CHARTS / chart / "values.yaml").read_text())
         for t in (CHARTS / chart / "templates").iterdir():
             text = t.read_text()
