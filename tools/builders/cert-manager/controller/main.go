@@ -20,6 +20,7 @@ import (
 	config "github.com/cert-manager/cert-manager/internal/apis/config/controller"
 	configscheme "github.com/cert-manager/cert-manager/internal/apis/config/controller/scheme"
 	defaults "github.com/cert-manager/cert-manager/internal/apis/config/controller/v1alpha1"
+	"github.com/cert-manager/cert-manager/internal/controller/feature"
 	configv1alpha1 "github.com/cert-manager/cert-manager/pkg/apis/config/controller/v1alpha1"
 	"github.com/cert-manager/cert-manager/pkg/controller"
 	shimgateway "github.com/cert-manager/cert-manager/pkg/controller/certificate-shim/gateways"
@@ -28,6 +29,7 @@ import (
 	logf "github.com/cert-manager/cert-manager/pkg/logs"
 	"github.com/cert-manager/cert-manager/pkg/util"
 	"github.com/cert-manager/cert-manager/pkg/util/configfile"
+	utilfeature "github.com/cert-manager/cert-manager/pkg/util/feature"
 
 	_ "github.com/cert-manager/cert-manager/pkg/controller/acmechallenges"
 	_ "github.com/cert-manager/cert-manager/pkg/controller/acmeorders"
@@ -103,6 +105,9 @@ func run(ctx context.Context, args []string) error {
 		fmt.Println(util.VersionInfo().GitVersion)
 		return nil
 	}
+	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(cfg.FeatureGates); err != nil {
+		return fmt.Errorf("feature gates: %w", err)
+	}
 	if err := logf.ValidateAndApply(&cfg.Logging); err != nil {
 		return err
 	}
@@ -118,7 +123,8 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	enabled := sets.New(defaults.DefaultEnabledControllers...)
-	if cfg.EnableGatewayAPI {
+	gatewayAPI := cfg.EnableGatewayAPI && utilfeature.DefaultFeatureGate.Enabled(feature.ExperimentalGatewayAPISupport)
+	if gatewayAPI {
 		enabled.Insert(shimgateway.ControllerName)
 	}
 	g, ctx := errgroup.WithContext(ctx)
@@ -135,7 +141,7 @@ func run(ctx context.Context, args []string) error {
 	base.SharedInformerFactory.Start(ctx.Done())
 	base.KubeSharedInformerFactory.Start(ctx.Done())
 	base.HTTP01ResourceMetadataInformersFactory.Start(ctx.Done())
-	if cfg.EnableGatewayAPI {
+	if gatewayAPI {
 		base.GWShared.Start(ctx.Done())
 	}
 	return g.Wait()
