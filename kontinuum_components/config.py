@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kontinuum.dns import tsig
@@ -240,6 +241,25 @@ def _hub(raw: dict | None) -> Hub | None:
                auth, raw["acme"].get("caBundle"))
 
 
+def _read_ca_bundle_file(raw: dict, errs) -> dict:
+    """hub.acme.caBundleFile read into hub.acme.caBundle (then checked as PEM like it)."""
+    hub = raw.get("hub")
+    acme = hub.get("acme") if isinstance(hub, dict) else None
+    if not isinstance(acme, dict) or acme.get("caBundleFile") is None:
+        return raw
+    path = str(acme["caBundleFile"])
+    if acme.get("caBundle") is not None:
+        errs.add("hub.acme.caBundleFile", "set either hub.acme.caBundle or hub.acme.caBundleFile, not both")
+        return raw
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        errs.add("hub.acme.caBundleFile", f"cannot read {path} ({e.strerror}); give the PEM file of the CA that "
+                 "signs the ACME server's certificate (for the lab: run `python -m lab up` first)")
+        return raw
+    return {**raw, "hub": {**hub, "acme": {**acme, "caBundle": text}}}
+
+
 SECRET_KEYS = tuple(k for k, f in contract.STACK.fields.items() if f.secret)
 
 
@@ -259,6 +279,7 @@ def problems(raw: dict, *, secret_keys: frozenset[str] | None = None) -> tuple[S
             errs.add(f"{contract.NAMESPACE}:{key}", "is plain text in the stack config; store it as a secret: "
                      f"`pulumi config rm {contract.NAMESPACE}:{key}` then "
                      f"`pulumi config set --secret {contract.NAMESPACE}:{key} < hub-kubeconfig.yaml`")
+    raw = _read_ca_bundle_file(raw, errs)
     if raw.get("hubKubeconfig") is not None and raw.get("hubKubeconfigFile") is not None:
         errs.add(f"{contract.NAMESPACE}:hubKubeconfigFile", "set either kontinuum:hubKubeconfig (a secret) or "
                  "kontinuum:hubKubeconfigFile, not both")

@@ -284,6 +284,8 @@ HUB = Obj({
         "server": Str("ACME directory URL", default=LETSENCRYPT, format=HTTPS_URL),
         "caBundle": Str("PEM CA certificate(s) that sign a private ACME server's TLS certificate (step-ca, Pebble, "
                         "an internal CA); passed to each zone's ClusterIssuer", format=PEM),
+        "caBundleFile": Str("instead of `caBundle`: a file path to read it from (the lab uses this for its "
+                            "Pebble)", format=NON_EMPTY),
     }, "ACME account for the zones' certificates", required=True),
     "auth": Obj({
         "mode": Str("mirrored into each zone (a zone is refused when unset: its server would not start)",

@@ -2,7 +2,8 @@
 the DNS server of the lab's zone host names, on loopback addresses the lab owns.
 
 - Pebble serves its ACME directory over TLS with a certificate for its own address, signed by a
-  CA the lab makes (its PEM is what a stack passes as `hub.acme.caBundle`); it validates HTTP-01
+  CA the lab makes once per state directory and keeps (`<workdir>/ca.crt`, what a stack passes as
+  `hub.acme.caBundle`, or names in `hub.acme.caBundleFile`); it validates HTTP-01
   on port 80 of the address the DNS server gives for the host, as a public ACME server does, and
   issues from its own (per-start) root and intermediate.
 - pebble-challtestsrv answers A queries only for the records set through its management API
@@ -59,15 +60,13 @@ class Acme:
         return self.ca.crt.decode()
 
     def start(self) -> "Acme":
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.ca = pki.new_ca(common_name="kontinuum lab ACME server CA", organizations=["kontinuum-lab"])
+        self.ca = ensure_ca(self.workdir)
         leaf = pki.issue_cert(self.ca, common_name=self.address, ip_addresses=[self.address],
                               dns_names=["localhost"], server=True, key_type="ecdsa")
         crt, key = self.workdir / "pebble.crt", self.workdir / "pebble.key"
         crt.write_bytes(leaf.crt)
         key.write_bytes(pki.to_standard_pem(leaf.key))
         key.chmod(0o600)
-        (self.workdir / "ca.crt").write_bytes(self.ca.crt)
         config = {"pebble": {
             "listenAddress": f"{self.address}:{ACME_PORT}",
             "managementListenAddress": f"{self.address}:{MANAGEMENT_PORT}",
@@ -137,6 +136,23 @@ class Acme:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def ensure_ca(workdir: Path) -> pki.CertKey:
+    """The lab ACME server's CA in `workdir` (ca.crt, ca.key), made on first use and kept."""
+    workdir = Path(workdir)
+    crt, key = workdir / "ca.crt", workdir / "ca.key"
+    if crt.exists() and key.exists():
+        return pki.CertKey(crt.read_bytes(), key.read_bytes())
+    workdir.mkdir(parents=True, exist_ok=True)
+    ca = pki.new_ca(common_name="kontinuum lab ACME server CA", organizations=["kontinuum-lab"])
+    tmp = key.with_name("ca.key.tmp")
+    tmp.write_bytes(b"")
+    tmp.chmod(0o600)
+    tmp.write_bytes(ca.key)
+    tmp.replace(key)
+    crt.write_bytes(ca.crt)
+    return ca
 
 
 def _path() -> str:

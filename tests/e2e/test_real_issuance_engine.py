@@ -68,8 +68,8 @@ def config(lab: Path, *, region: str, domain: str, zones: list[dict], **timeouts
 
 
 def new_stack(tmp: Path, name: str, cfg: dict) -> Stack:
-    stack = Stack(ROOT, name, tmp / f"{name}-state", passphrase="e2e-issuance",
-                  config_file=tmp / f"Pulumi.{name}.yaml").init()
+    stack = Stack(ROOT, name, tmp / f"{name}-state", passphrase="e2e-issuance", config_file=tmp / f"Pulumi.{name}.yaml",
+                  extra_env={"PULUMI_DEBUG_COMMANDS": "true"}).init()  # the engine's --event-log needs it
     stack.write_config_file({"config": cfg})
     return stack
 
@@ -79,6 +79,24 @@ def zone_api(lab: Path, cluster: str) -> client.ApiClient:
         if c["name"] == cluster:
             return api_client(Path(c["kubeconfig"]).read_text())
     raise AssertionError(f"no lab cluster {cluster}: {[c['name'] for c in status(lab)['clusters']]}")
+
+
+def step_seconds(event_log: Path, name_suffix: str) -> float | None:
+    """Wall time of the resource step whose URN ends with `name_suffix` (engine event log)."""
+    start = end = None
+    for line in event_log.read_text().splitlines():
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        for kind in ("resourcePreEvent", "resOutputsEvent"):
+            urn = ((e.get(kind) or {}).get("metadata") or {}).get("urn", "")
+            if urn.endswith(name_suffix):
+                if kind == "resourcePreEvent" and start is None:
+                    start = e["timestamp"]
+                elif kind == "resOutputsEvent":
+                    end = e["timestamp"]
+    return end - start if start is not None and end is not None else None
 
 
 def rss_mib(pid: int) -> float:
@@ -91,8 +109,9 @@ def rss_mib(pid: int) -> float:
 def test_zone_is_ready_with_a_certificate_pebble_issued_through_the_gateway(lab, tmp_path_factory):
     stack = new_stack(tmp_path_factory.mktemp("issued"), "issued",
                       config(lab, region=REGION, domain=DOMAIN, zones=[{"zone": "a", "talosAddresses": [FIRST]}]))
+    events = tmp_path_factory.mktemp("issued-events") / "events.jsonl"
     t0 = time.monotonic()
-    stack.up(timeout=900)
+    stack.up(f"--event-log={events}", timeout=900)
     took = time.monotonic() - t0
     zones = stack.outputs()["zones"]
     assert zones["a"]["ready"] is True and zones["a"]["url"] == f"https://a.{REGION}.{DOMAIN}"
@@ -115,7 +134,8 @@ def test_zone_is_ready_with_a_certificate_pebble_issued_through_the_gateway(lab,
     pids = status(lab)["pids"]
     cm = {k: round(rss_mib(v)) for k, v in pids.items() if k.startswith(f"{REGION}-a/cert-manager")}
     assert set(cm) == {f"{REGION}-a/cert-manager-controller", f"{REGION}-a/cert-manager-webhook"}, pids
-    print(f"zone up in {took:.0f} s; cert-manager RSS MiB: {cm}; "
+    waits = {w: step_seconds(events, f"{REGION}-a-{w}") for w in ("cert-manager-healthy", "certificate-ready")}
+    print(f"zone up in {took:.0f} s; waits (s): {waits}; cert-manager RSS MiB: {cm}; "
           f"Pebble RSS MiB: { {k: round(rss_mib(v)) for k, v in pids.items() if k.startswith('acme/')} }")
 
 

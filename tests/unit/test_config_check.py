@@ -125,8 +125,10 @@ def test_checker_exit_codes_and_messages(tmp_path):
 
 def test_checker_on_the_shipped_stacks():
     from lab import upstream
+    from lab.acme import ensure_ca
 
     upstream.link(ROOT / ".state" / "lab" / "upstream")  # where the lab stack names them (`lab up` links them)
+    ensure_ca(ROOT / ".state" / "lab" / "acme")  # and its ACME server's CA (`lab up` makes it once)
     files = sorted(str(p) for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
     out = subprocess.run([sys.executable, "-m", "kontinuum", "check", *files], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)

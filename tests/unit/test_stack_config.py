@@ -93,7 +93,11 @@ def test_shipped_stacks_are_valid(stack_file):
 
     from kontinuum_components.specs import validate
 
-    raw = yaml.safe_load((Path(__file__).resolve().parents[2] / "stacks" / stack_file).read_text())["config"]
+    from lab.acme import ensure_ca
+
+    root = Path(__file__).resolve().parents[2]
+    ensure_ca(root / ".state" / "lab" / "acme")  # the lab stack names the lab ACME server's CA file
+    raw = yaml.safe_load((root / "stacks" / stack_file).read_text())["config"]
     cfg = parse({k.split(":", 1)[1]: v for k, v in raw.items()})
     for i, z in enumerate(cfg.zones):
         validate(f"{cfg.region}-{z.zone}", z, f"zones[{i}].")
@@ -124,8 +128,8 @@ FULL = {
         "talosVersion": "v1.13.0", "kubernetesVersion": "v1.35.4",
         "addons": {"cilium": {"chart": {"repo": "https://r", "chart": "c", "version": "1", "namespace": "n"},
                               "values": {}},
-                   "certManager": {"chart": {"path": "lab/charts/cert-manager"}, "values": {}},
-                   "gatewayApi": {"source": "lab/crds/gateway-api"}},
+                   "certManager": {"chart": {"path": "lab/charts/cert-manager-standin"}, "values": {}},
+                   "gatewayApi": {"source": "lab/kwok/stages.yaml"}},  # any local YAML file
         "serverImage": "img:1", "unregisterInstancesOnDelete": True,
         "teardown": {"skipUnreachableCluster": False, "wipe": "disk"},
         "timeouts": {"apply": 60}, "talosPort": 50000,
