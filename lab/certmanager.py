@@ -17,6 +17,11 @@ first) and restarts when its pod's spec changes, as a kubelet would:
   the pod would mount), the cluster-resource namespace of its pod, and the lab's DNS server for
   its HTTP-01 self check (the zone host names resolve only there).
 
+startupapicheck (lab stand-in for its container): its Job's pod completes only once cert-manager's
+API really works, as upstream's check: a dry-run create of a Certificate through the apiserver
+(which calls the real webhook) succeeds; the lab then annotates the pod and kwok completes it.
+Until then the pod runs, so a wait on cert-manager's pods does not pass before the webhook does.
+
 cainjector (lab stand-in): writes the webhook's CA (`ca.crt` of the Secret a webhook
 configuration names in `cert-manager.io/inject-ca-from-secret`) into that configuration's
 caBundle, which is what upstream's cainjector does for it; nothing else of cainjector's work is
@@ -37,6 +42,8 @@ from lab.standins.loop import REQUEST_TIMEOUT
 
 log = logging.getLogger(__name__)
 
+STARTUPAPICHECK_SELECTOR = "app.kubernetes.io/component=startupapicheck"
+API_CHECK_ANNOTATION = "lab.kontinuum.sh/api-check"  # "passed": kwok completes the pod (lab/kwok/stages.yaml)
 WEBHOOK_SELECTOR = "app.kubernetes.io/component=webhook,app.kubernetes.io/name=webhook"
 CONTROLLER_SELECTOR = "app.kubernetes.io/component=controller,app.kubernetes.io/name=cert-manager"
 INJECT_ANNOTATION = "cert-manager.io/inject-ca-from-secret"
@@ -144,6 +151,20 @@ class CertManager:
         self.controller = self._ensure("controller", self.controller, argv)
         if wh is not None:
             inject_ca_bundles(api)
+            self._startupapicheck(api, core)
+
+    def _startupapicheck(self, api: client.ApiClient, core: client.CoreV1Api) -> None:
+        pods = [p for p in core.list_pod_for_all_namespaces(label_selector=STARTUPAPICHECK_SELECTOR,
+                                                            _request_timeout=REQUEST_TIMEOUT).items
+                if (p.metadata.annotations or {}).get(API_CHECK_ANNOTATION) != "passed" and p.status.phase == "Running"]
+        if not pods or not api_check(api, pods[0].metadata.namespace):
+            return
+        for p in pods:
+            core.patch_namespaced_pod(p.metadata.name, p.metadata.namespace,
+                                      {"metadata": {"annotations": {API_CHECK_ANNOTATION: "passed"}}},
+                                      _request_timeout=REQUEST_TIMEOUT)
+            log.info("cluster %s: startupapicheck (lab stand-in): cert-manager's API works; %s/%s completes",
+                     self.cluster, p.metadata.namespace, p.metadata.name)
 
     def _say(self, message: str) -> None:
         if message not in self._said:
@@ -184,6 +205,21 @@ class CertManager:
             self._argv[name] = argv
             log.info("cluster %s: started cert-manager %s (pid %s)", self.cluster, name, proc.pid)
         return proc
+
+
+def api_check(api: client.ApiClient, namespace: str) -> bool:
+    """upstream's `check api`: a dry-run Certificate create is admitted (webhook included)."""
+    body = {"apiVersion": "cert-manager.io/v1", "kind": "Certificate",
+            "metadata": {"generateName": "lab-api-check-", "namespace": namespace},
+            "spec": {"secretName": "lab-api-check", "dnsNames": ["api-check.invalid"],
+                     "issuerRef": {"name": "lab-api-check"}}}
+    try:
+        client.CustomObjectsApi(api).create_namespaced_custom_object(
+            "cert-manager.io", "v1", namespace, "certificates", body, dry_run="All", _request_timeout=REQUEST_TIMEOUT)
+        return True
+    except client.ApiException as e:
+        log.debug("startupapicheck (lab stand-in): not yet: %s", e.reason)
+        return False
 
 
 # -- cainjector (lab stand-in) ---------------------------------------------------------------
