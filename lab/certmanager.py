@@ -6,10 +6,10 @@ A process starts once its pod runs (so the chart, its RBAC and its configuration
 first) and restarts when its pod's spec changes, as a kubelet would:
 - the webhook runs with its container's own args (the `$(POD_NAMESPACE)` style references
   expanded as the kubelet does) plus a kubeconfig, serving on the address of the node its pod
-  runs on. The kube-apiserver reaches it through its Service as in any cluster: it resolves the
-  Service to its endpoints (the lab's apiservers run with --enable-aggregator-routing, standing
-  in for Cilium's service load-balancing, which does not run here), and the endpoint is the pod's
-  address. A kwok-played pod's address is reachable only if the pod is on the host network, so
+  runs on. The kube-apiserver reaches it through its Service as in any cluster: it dials the
+  Service's ClusterIP, which the lab's service proxy (lab/service_proxy.py, standing in for
+  Cilium's service load-balancing) routes to the pod's address. A kwok-played pod's address is
+  reachable only if the pod is on the host network, so
   the lab's stacks set `webhook.hostNetwork` (and a securePort of their own, as upstream asks for
   host-network webhooks); a webhook pod that is not is reported and not started: the apiserver
   could not reach it, and cert-manager's objects are refused, as they would be;

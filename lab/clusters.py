@@ -36,7 +36,7 @@ import yaml
 from kubernetes import client
 
 from kontinuum.talos.pki import CertKey
-from lab import kwok
+from lab import kwok, service_proxy
 from lab.acme import Acme
 from lab.certmanager import CertManager
 from lab.controlplane import ClusterPKI, ControlPlane
@@ -307,6 +307,7 @@ class ClusterRunner:
         self.with_standins = standins
         self.acme = acme
         self.cert_manager: CertManager | None = None
+        self.service_proxy: service_proxy.ServiceProxy | None = None
         self.zone_dns: ZoneDns | None = None
         self.address = self._bind_address()
         self.state = "starting"
@@ -395,6 +396,7 @@ class ClusterRunner:
             self.name, self.workdir / "controlplane", self.config.pki,
             address=self.address, apiserver_port=self.config.endpoint_port, etcd_ports=(2379, 2380),
             controllers=True, service_cidr=self.config.service_subnet, pod_cidr=self.config.pod_subnet,
+            egress_selector=service_proxy.egress_config(self.address) if self._real_cert_manager else None,
         )
         self.control_plane = cp
         cp.start()
@@ -404,7 +406,8 @@ class ClusterRunner:
         self._api = api_client(self.kubeconfig_path)
         self.kwok = kwok.start(self.workdir, self.kubeconfig_path, cluster=self.name,
                                node_ip=self.host.address, pod_cidr=self.config.pod_subnet)
-        if self.with_standins and self.acme is not None:
+        if self._real_cert_manager:
+            self.service_proxy = service_proxy.ServiceProxy(self.address, self.kubeconfig_path, cluster=self.name).start()
             self.cert_manager = CertManager(self.workdir, self.kubeconfig_path, cluster=self.name,
                                             nameservers=[self.acme.nameserver])
             self.zone_dns = ZoneDns(self.acme, cluster=self.name)
@@ -427,9 +430,16 @@ class ClusterRunner:
                 KontinuumServer("lab", self.name, self.kubeconfig_path, Path(self.hub_kubeconfig)).start()
             )
 
+    @property
+    def _real_cert_manager(self) -> bool:
+        return self.with_standins and self.acme is not None
+
     def _stop_processes(self) -> None:
         if self.cert_manager is not None:
             self.cert_manager.stop()
+        if self.service_proxy is not None:
+            self.service_proxy.stop()
+            self.service_proxy = None
         if self.zone_dns is not None:
             self.zone_dns.clear()
         if self.kwok is not None:

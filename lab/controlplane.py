@@ -103,8 +103,10 @@ class ControlPlane:
         service_cidr: str = "10.96.0.0/12",
         pod_cidr: str = "10.244.0.0/16",
         env: dict[str, str] | None = None,
+        egress_selector: str | None = None,
     ):
         _check_loopback(address)
+        self.egress_selector = egress_selector  # EgressSelectorConfiguration YAML (lab/service_proxy.py)
         self.name = name
         self.workdir = Path(workdir)
         self.pki = pki_
@@ -233,9 +235,8 @@ class ControlPlane:
             "--requestheader-username-headers=X-Remote-User",
             f"--proxy-client-cert-file={proxy_crt}", f"--proxy-client-key-file={proxy_key}",
             "--endpoint-reconciler-type=none", "--watch-cache=false", "--v=0",
-            # Webhooks and aggregated APIs are dialled at their Service's endpoints, not its
-            # ClusterIP: no service load-balancer (Cilium's) runs in the lab (lab/certmanager.py).
-            "--enable-aggregator-routing=true",
+            *([f"--egress-selector-config-file={self._write('egress-selector.yaml', self.egress_selector)}"]
+              if self.egress_selector else []),
         ])
 
     def _start_controllers(self) -> None:
