@@ -396,7 +396,8 @@ class ClusterRunner:
             self.name, self.workdir / "controlplane", self.config.pki,
             address=self.address, apiserver_port=self.config.endpoint_port, etcd_ports=(2379, 2380),
             controllers=True, service_cidr=self.config.service_subnet, pod_cidr=self.config.pod_subnet,
-            egress_selector=service_proxy.egress_config(self.address) if self._real_cert_manager else None,
+            egress_selector=(service_proxy.egress_config(service_proxy.socket_path(self.workdir))
+                             if self._real_cert_manager else None),
         )
         self.control_plane = cp
         cp.start()
@@ -407,7 +408,8 @@ class ClusterRunner:
         self.kwok = kwok.start(self.workdir, self.kubeconfig_path, cluster=self.name,
                                node_ip=self.host.address, pod_cidr=self.config.pod_subnet)
         if self._real_cert_manager:
-            self.service_proxy = service_proxy.ServiceProxy(self.address, self.kubeconfig_path, cluster=self.name).start()
+            self.service_proxy = service_proxy.ServiceProxy(service_proxy.socket_path(self.workdir), self.kubeconfig_path,
+                                                            cluster=self.name).start()
             self.cert_manager = CertManager(self.workdir, self.kubeconfig_path, cluster=self.name,
                                             nameservers=[self.acme.nameserver])
             self.zone_dns = ZoneDns(self.acme, cluster=self.name)

@@ -16,10 +16,12 @@ protocol, as konnectivity uses) pointing at this proxy, which does what Cilium w
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import logging
 import socket
 import socketserver
+import tempfile
 import threading
 from pathlib import Path
 
@@ -29,15 +31,24 @@ from lab.standins.loop import REQUEST_TIMEOUT, api_client
 
 log = logging.getLogger(__name__)
 
-PORT = 8132  # on the cluster's own address
 DIAL_TIMEOUT = 5.0
 HEADER_LIMIT = 16384
 
 
-def egress_config(address: str, port: int = PORT) -> str:
+def socket_path(workdir: Path) -> Path:
+    """The proxy's Unix socket: in the cluster's directory, or in /tmp when that path is too long
+    for a socket address (108 bytes). (The apiserver's plain-TCP HTTP CONNECT egress crashes in
+    1.35 without TLS settings, so the socket transport it also offers is used.)"""
+    path = Path(workdir) / "egress.sock"
+    if len(str(path)) < 100:
+        return path
+    return Path(tempfile.gettempdir()) / f"kontinuum-egress-{hashlib.sha256(str(workdir).encode()).hexdigest()[:12]}.sock"
+
+
+def egress_config(sock: Path) -> str:
     return ("apiVersion: apiserver.k8s.io/v1beta1\nkind: EgressSelectorConfiguration\negressSelections:\n"
             "- name: cluster\n  connection:\n    proxyProtocol: HTTPConnect\n"
-            f"    transport:\n      tcp:\n        url: http://{address}:{port}\n")
+            f"    transport:\n      uds:\n        udsName: {sock}\n")
 
 
 def _target_port(svc: client.V1Service, port: int):
@@ -141,16 +152,15 @@ def _pipe(a: socket.socket, b: socket.socket) -> None:
     b.close()
 
 
-class _Server(socketserver.ThreadingTCPServer):
+class _Server(socketserver.ThreadingUnixStreamServer):
     daemon_threads = True
-    allow_reuse_address = True
 
 
 class ServiceProxy:
-    """The CONNECT proxy of one cluster, on its own address."""
+    """The CONNECT proxy of one cluster, on a Unix socket only its apiserver uses."""
 
-    def __init__(self, address: str, kubeconfig: Path, *, cluster: str, port: int = PORT):
-        self.address, self.port, self.cluster = address, port, cluster
+    def __init__(self, sock: Path, kubeconfig: Path, *, cluster: str):
+        self.sock, self.cluster = Path(sock), cluster
         self.kubeconfig = kubeconfig
         self._api: client.ApiClient | None = None
         self._server: _Server | None = None
@@ -163,7 +173,8 @@ class ServiceProxy:
         return client.CoreV1Api(self._api)
 
     def start(self) -> "ServiceProxy":
-        self._server = _Server((self.address, self.port), _Handler)
+        self.sock.unlink(missing_ok=True)
+        self._server = _Server(str(self.sock), _Handler)
         self._server.proxy = self  # type: ignore[attr-defined]
         self._thread = threading.Thread(target=self._server.serve_forever, name=f"service-proxy-{self.cluster}",
                                         daemon=True)
@@ -175,6 +186,7 @@ class ServiceProxy:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+            self.sock.unlink(missing_ok=True)
         if self._api is not None:
             self._api.close()
             self._api = None
