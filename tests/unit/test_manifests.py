@@ -21,8 +21,10 @@ status: {acceptedNames: {kind: ""}}
 """
 
 
-def test_lab_gateway_api_directory_loads_every_crd_in_name_order():
-    objs = manifests.load(str(ROOT / "lab" / "crds" / "gateway-api"))
+def test_upstream_gateway_api_directory_loads_every_crd_in_name_order():
+    from lab import upstream
+
+    objs = manifests.load(str(upstream.prepare("gateway-api")))  # the pinned standard channel
     names = [o["metadata"]["name"] for o in objs]
     assert names == ["gatewayclasses.gateway.networking.k8s.io", "gateways.gateway.networking.k8s.io",
                      "grpcroutes.gateway.networking.k8s.io", "httproutes.gateway.networking.k8s.io",
