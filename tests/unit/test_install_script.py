@@ -20,6 +20,7 @@ TOOLS = {
     "pulumi-language-python": PINS["PULUMI_LANGUAGE_PYTHON_VERSION"],
     "pulumi-resource-kubernetes": PINS["PULUMI_KUBERNETES_VERSION"],
     "etcd": PINS["ETCD_VERSION"],
+    "etcdutl": PINS["ETCDUTL_VERSION"],
     "kube-apiserver": PINS["KUBERNETES_VERSION"],
     "kube-controller-manager": PINS["KUBERNETES_VERSION"],
     "kube-scheduler": PINS["KUBERNETES_VERSION"],
@@ -35,6 +36,7 @@ if [[ " $FAKE_FAIL " == *" $name "* ]]; then echo "stand-in build of $name fails
 case $name in
   pulumi|kontinuum-talos-validate) body="echo $version" ;;
   etcd) body="echo 'etcd Version: ${version#v}'" ;;
+  etcdutl) body="printf 'etcdutl version: %s\\nAPI version: 3.6\\n' ${version#v}" ;;
   kube-*) body="echo 'Kubernetes $version'" ;;
   kwok) body="echo 'kwok version $version go1.26'" ;;
   *) body="exit 0" ;;
