@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kontinuum.dns import tsig
+from kontinuum.backup.files import DEFAULT_DIRECTORY as BACKUP_DIRECTORY
+from kontinuum.backup.files import DEFAULT_KEEP as BACKUP_KEEP
 from kontinuum.errors import ConfigError, ConfigErrors
 from kontinuum.talos import support
 from kontinuum_components import contract, exposure_config, schema
@@ -73,6 +75,13 @@ Dns = exposure_config.Dns
 
 
 @dataclass(frozen=True)
+class Backup:
+    on_up: bool = False
+    directory: str = BACKUP_DIRECTORY
+    keep: int = BACKUP_KEEP
+
+
+@dataclass(frozen=True)
 class Zone:
     zone: str
     machines: tuple[Machine, ...]
@@ -91,6 +100,7 @@ class Zone:
     teardown_wipe: str = "state"  # one of TEARDOWN_WIPES
     ingress: Ingress = Ingress()
     dns: Dns = Dns()
+    backup: Backup = field(default_factory=Backup)
 
 
 @dataclass(frozen=True)
@@ -211,6 +221,7 @@ def _zone(raw: dict, path: str, errs: _Errors) -> Zone | None:
     teardown = raw.get("teardown", {})
     ingress = exposure_config.ingress(raw.get("ingress", {}), f"{path}.ingress", errs)
     dns = exposure_config.dns(raw.get("dns", {}), f"{path}.dns", errs)
+    backup = raw.get("backup", {})
     return Zone(
         zone=raw["zone"], machines=machines, control_plane=cp, endpoint=endpoint, workers=tuple(workers),
         talos_version=talos, kubernetes_version=kubernetes,
@@ -222,6 +233,8 @@ def _zone(raw: dict, path: str, errs: _Errors) -> Zone | None:
         skip_unreachable_cluster=teardown.get("skipUnreachableCluster", False),
         talos_port=raw.get("talosPort", 50000), teardown_wipe=teardown.get("wipe", "state"),
         ingress=ingress, dns=dns,
+        backup=Backup(on_up=backup.get("onUp", False), directory=backup.get("directory", BACKUP_DIRECTORY),
+                      keep=backup.get("keep", BACKUP_KEEP)),
     )
 
 

@@ -10,6 +10,8 @@ import ipaddress
 import re
 from urllib.parse import urlsplit
 
+from kontinuum.backup.files import DEFAULT_DIRECTORY as BACKUP_DIRECTORY
+from kontinuum.backup.files import DEFAULT_KEEP as BACKUP_KEEP
 from kontinuum.talos import support
 from kontinuum.talos.machineconfig import TALOS_VERSION
 from kontinuum.talos.waits import WAIT_DEFAULTS
@@ -273,6 +275,15 @@ ZONE = Obj({
                     + "; `claim: 0` fails at once when no machine is free. Sized for real hardware (installer pull, "
                     "install and reboot take minutes); the lab stack sets short ones", expand=False),
     "talosPort": Int("Talos API port", default=50000, minimum=1, maximum=65535),
+    "backup": Obj({
+        "onUp": Bool("take an etcd snapshot on every `pulumi up` (the zone's EtcdBackup resource then updates on "
+                     "every run); `python -m kontinuum backup` takes one on demand either way", default=False),
+        "directory": Str("where the encrypted snapshot files go, relative to the project folder: "
+                         "`<directory>/<stack>/<region>-<zone>/` (README: etcd backup and restore)",
+                         default=BACKUP_DIRECTORY, format=NON_EMPTY),
+        "keep": Int("newest snapshot files kept per zone (older ones are deleted after each backup)",
+                    default=BACKUP_KEEP, minimum=1),
+    }, "etcd snapshots of the zone, encrypted with the zone's backup key (a Pulumi secret)"),
 })
 
 HUB = Obj({

@@ -127,6 +127,7 @@ class TalosCluster(pulumi.ComponentResource):
                                talos_port=zone.talos_port, timeout=float(t["health"]),
                                opts=pulumi.ResourceOptions(parent=self, depends_on=[cilium_healthy]))
         self.control_plane_ready = health.healthy
+        self.control_plane_ready_resource = health
 
         worker_applies: list[ConfigApply] = []
         self.worker_pools = {}
@@ -140,6 +141,8 @@ class TalosCluster(pulumi.ComponentResource):
             lambda _: True)
         self.bootstrapped = bootstrap.bootstrapped
         self.talosconfig = talosconfig
+        self.secrets_yaml = secrets.secretsYaml
+        self.control_plane_addresses = cp_addresses
         self.members = {p: [iname[m] for m in ms] for p, ms in members.items()}
         self.addons_ready = [cilium_healthy, cert_manager_healthy]
         self.register_outputs({"endpoint": self.endpoint, "controlPlaneReady": self.control_plane_ready,

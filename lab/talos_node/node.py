@@ -104,6 +104,7 @@ class EmulatedNode:
         self.config: AppliedConfig | None = None
         self.staged: AppliedConfig | None = None
         self.staged_version: str | None = None
+        self.etcd_snapshot: bytes | None = None  # /var/lib/etcd.snapshot, uploaded by EtcdRecover
         self.booted_at = Timestamp()
         self.boots = 0  # completed boots; lets a waiter tell a finished reboot from none yet
         self.api = NodeApi(self)
