@@ -1,7 +1,7 @@
 """etcd backup and restore through the operator CLI on a zone the real engine brought up (issue 18):
 `python -m kontinuum backup` reads the zone from the stack's state, `restore` refuses a healthy
-etcd, `--force` brings the snapshot back, the next `pulumi up` has nothing to do, and
-`backup.onUp` takes one backup per up. Its own lab: node 127.0.42.11, hub 127.0.0.42."""
+etcd, `--force` brings the snapshot back, the next `pulumi up` changes nothing but what
+`backup.onUp` asks for: one backup per up. Its own lab: node 127.0.42.11, hub 127.0.0.42."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from kubernetes import client, config as kconfig
 
 from kontinuum.backup import files
 from lab.pulumi_cli import ROOT
-from tests.e2e.cluster_lab import new_stack, output, ready, write_config, zone
+from tests.e2e.cluster_lab import events, new_stack, output, ready, write_config, zone
 from tests.e2e.labs import running_lab
 
 NODE = "127.0.42.11"
@@ -67,10 +67,16 @@ def test_backup_restore_and_backup_on_up(lab, tmp_path):
     api = kconfig.new_client_from_config_dict(yaml.safe_load(kubeconfig))  # the same credentials still work
     assert configmaps(client.CoreV1Api(api)) == {"dr-a"}
     api.close()
-    stack.up("--expect-no-changes")  # the restore changed nothing the stack holds
 
+    # The restore changed nothing the stack holds: switching onUp on, the next up updates the
+    # backup resource (which takes a backup) and nothing else.
     write_config(stack, lab, {**z, "backup": {**z["backup"], "onUp": True}})
-    stack.up()
+    log = tmp_path / "events.jsonl"
+    stack.up(f"--event-log={log}")
+    changed = {meta["urn"].rsplit("::", 1)[-1]: meta["op"] for e in events(log)
+               if (meta := (e.get("resOutputsEvent") or {}).get("metadata") or {}) and meta.get("op") != "same"
+               and "::pulumi:providers:" not in meta["urn"]}  # the engine's provider bookkeeping
+    assert changed == {"e2e-dr-etcd-backup": "update"}, changed
     kept = files.backups(folder, "e2e-dr")
     assert len(kept) == 2 and kept[0].name == path.rsplit("/", 1)[-1], kept  # the CLI's and the up's
     assert ready(stack, "dr")
