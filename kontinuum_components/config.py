@@ -19,6 +19,7 @@ from kontinuum.backup.files import DEFAULT_DIRECTORY as BACKUP_DIRECTORY
 from kontinuum.backup.files import DEFAULT_KEEP as BACKUP_KEEP
 from kontinuum.errors import ConfigError, ConfigErrors
 from kontinuum.talos import support
+from kontinuum.talos.renewal import RENEW_BEFORE_DAYS
 from kontinuum_components import contract, exposure_config, schema
 
 # The contract's constants live with its definition; re-exported for the code that reads them here.
@@ -101,6 +102,7 @@ class Zone:
     ingress: Ingress = Ingress()
     dns: Dns = Dns()
     backup: Backup = field(default_factory=Backup)
+    renew_before_days: float = RENEW_BEFORE_DAYS
 
 
 @dataclass(frozen=True)
@@ -235,6 +237,7 @@ def _zone(raw: dict, path: str, errs: _Errors) -> Zone | None:
         ingress=ingress, dns=dns,
         backup=Backup(on_up=backup.get("onUp", False), directory=backup.get("directory", BACKUP_DIRECTORY),
                       keep=backup.get("keep", BACKUP_KEEP)),
+        renew_before_days=raw.get("certificates", {}).get("renewBefore", RENEW_BEFORE_DAYS),
     )
 
 

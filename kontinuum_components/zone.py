@@ -101,6 +101,8 @@ class Zone(pulumi.ComponentResource):
         self.kubeconfig = cluster.kubeconfig
         self.talosconfig = cluster.talosconfig
         self.identity_thumbprint = identity.thumbprint
+        self.talosconfig_expires = cluster.talosconfig_expires
+        self.kubeconfig_expires = cluster.kubeconfig_expires
         self.cluster = cluster
         self.register_outputs({"url": self.url, "ready": self.ready, "identityThumbprint": self.identity_thumbprint,
                                "addresses": self.addresses})

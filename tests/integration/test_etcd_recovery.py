@@ -179,3 +179,21 @@ def test_bad_files_and_bad_zones_are_refused_before_anything_is_wiped(zone, tmp_
     refused(good, rf"(?s)zone {CLUSTER}: no control plane answers.*nothing was wiped.*{NOBODY}: service-list", gone)
     assert verify(good, access).size % 512 == 32
     assert resets(lab) == before
+
+
+def test_renewed_credentials_work_against_the_real_apiserver_and_nodes(zone):
+    """What a renewal issues locally (kontinuum/talos/renewal.py) is accepted by the zone: the
+    kubeconfig by its real kube-apiserver, the talosconfig by its (emulated) apid."""
+    from kontinuum.talos import renewal
+
+    _, _, access, _, _ = zone
+    bundle = secrets.load(access.secrets_yaml, check_rsa=False)
+    held = access.client(CPS[0]).kubeconfig()
+    renewed = renewal.renew_kubeconfig(held, bundle.k8s)
+    assert renewal.kubeconfig_cert(renewed) != renewal.kubeconfig_cert(held)
+    api = kconfig.new_client_from_config_dict(yaml.safe_load(renewed))
+    assert client.CoreV1Api(api).list_namespace(_request_timeout=T).items
+    api.close()
+    client_cert = renewal.renew_talosconfig_cert(bundle.os)
+    fresh = talosconfig.render(CLUSTER, CPS, [], bundle.os.crt, client_cert)
+    assert TalosClient.from_talosconfig(talosconfig.parse(fresh), node=CPS[1], endpoint=CPS[1]).version().tag
