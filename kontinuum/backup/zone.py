@@ -8,7 +8,7 @@ import hashlib
 from dataclasses import dataclass, field
 
 from kontinuum.errors import KontinuumError
-from kontinuum.talos import pki, secrets, talosconfig
+from kontinuum.talos import pki, renewal, secrets, talosconfig
 from kontinuum.talos.client import TalosClient
 from kontinuum.talos.transport import APID_PORT
 
@@ -43,8 +43,13 @@ class ZoneAccess:
     key: str | None = field(default=None, repr=False)  # the zone's backup key (base64)
 
     def client(self, node: str) -> TalosClient:
-        return TalosClient.from_talosconfig(talosconfig.parse(self.talosconfig), node=node, endpoint=node,
-                                            port=self.talos_port)
+        """An os:admin client for `node`. A held certificate about to expire (no `pulumi up` renewed
+        it in time) is replaced, for this process only, by one issued from the bundle's OS CA."""
+        config = talosconfig.parse(self.talosconfig)
+        if renewal.due(config.crt, 1):
+            fresh = renewal.renew_talosconfig_cert(secrets.load(self.secrets_yaml, check_rsa=False).os)
+            config.crt, config.key = fresh.crt, fresh.key
+        return TalosClient.from_talosconfig(config, node=node, endpoint=node, port=self.talos_port)
 
     def identity(self) -> Identity:
         return identity(self.secrets_yaml)

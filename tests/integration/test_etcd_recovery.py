@@ -197,3 +197,22 @@ def test_renewed_credentials_work_against_the_real_apiserver_and_nodes(zone):
     client_cert = renewal.renew_talosconfig_cert(bundle.os)
     fresh = talosconfig.render(CLUSTER, CPS, [], bundle.os.crt, client_cert)
     assert TalosClient.from_talosconfig(talosconfig.parse(fresh), node=CPS[1], endpoint=CPS[1]).version().tag
+
+
+def test_an_expired_talosconfig_is_refused_and_the_cli_renews_before_use(zone):
+    """A talosconfig that expired between two runs: the node refuses it; backup/restore (ZoneAccess)
+    use a certificate issued from the bundle instead, for that run only."""
+    import datetime as dt
+
+    from kontinuum.talos import pki
+    from kontinuum.talos.errors import TalosError
+
+    _, _, access, _, _ = zone
+    bundle = secrets.load(access.secrets_yaml, check_rsa=False)
+    expired = pki.issue_cert(bundle.os, organizations=["os:admin"], client=True, key_type="ed25519", days=1,
+                             now=dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=5))
+    held = talosconfig.render(CLUSTER, CPS, [], bundle.os.crt, expired)
+    with pytest.raises(TalosError):
+        TalosClient.from_talosconfig(talosconfig.parse(held), node=CPS[0], endpoint=CPS[0]).version(timeout=5)
+    stale = ZoneAccess(cluster=CLUSTER, talosconfig=held, secrets_yaml=access.secrets_yaml, control_planes=(CPS[0],))
+    assert stale.client(CPS[0]).version().tag

@@ -70,3 +70,4 @@ def test_kubeconfig_is_renewed_locally_without_asking_a_node():
     fresh = {**old, "kubeconfig": kubeconfig_with(365)}
     assert not p.diff("10.0.0.1", fresh, props).changes
     assert p.update("10.0.0.1", fresh, props).outs["kubeconfig"] == fresh["kubeconfig"]
+
