@@ -133,13 +133,15 @@ def restore(access: ZoneAccess, path: Path, *, force: bool = False, bounds: Boun
     v = verify(path, access)
     states = etcd_states(access)
     alive = healthy(states)
+    if dry_run:
+        log(plan_text(access, v, states) + ("\n  (etcd is healthy: the restore needs --force)" if alive and not force
+                                            else ""))
+        return v
     if alive and not force:
         raise BackupError(f"zone {access.cluster}: etcd is healthy on {', '.join(alive)}; a restore would throw away "
                           "everything written since the snapshot, so it is refused. Pass --force to restore anyway "
                           "(an interrupted restore that got as far as its bootstrap has already finished).")
     log(plan_text(access, v, states))
-    if dry_run:
-        return v
     wipe = [n for n, s in states.items() if s != PREPARING]
     for node in wipe:  # back to back: none may come back and rejoin the etcd being wiped
         log(f"restore {access.cluster}: wiping the etcd data of {node}")

@@ -178,7 +178,10 @@ def test_bad_files_and_bad_zones_are_refused_before_anything_is_wiped(zone, tmp_
                       secrets_yaml=access.secrets_yaml, control_planes=(NOBODY,))
     refused(good, rf"(?s)zone {CLUSTER}: no control plane answers.*nothing was wiped.*{NOBODY}: service-list", gone)
     assert verify(good, access).size % 512 == 32
-    assert resets(lab) == before
+    said: list[str] = []
+    restore(access, good, dry_run=True, log=said.append)  # checks everything, prints the plan, does nothing
+    assert "1. wipe etcd data" in said[0] and "needs --force" in said[0], said
+    assert resets(lab) == before and sum(lab.node(a).calls.get("EtcdRecover", 0) for a in CPS) == 1
 
 
 def test_renewed_credentials_work_against_the_real_apiserver_and_nodes(zone):
