@@ -90,12 +90,15 @@ class NodeApi:
             return self._apply_in_maintenance(call, request)
         new = self._parse(request.data)
         old = self._config()
-        same_identity = (new.cluster_key, new.machine_type, new.os_ca, new.k8s_ca) == (
+        # machine.ca and machine.acceptedCAs change without a reboot (talosctl rotate-ca's phases:
+        # apid picks up the new certificates live). The Kubernetes CA still counts as identity
+        # here: the lab's control plane does not follow a cluster.ca change yet.
+        same_identity = (new.cluster_key, new.machine_type, new.k8s_ca) == (
             old.cluster_key,
             old.machine_type,
-            old.os_ca,
             old.k8s_ca,
         )
+        new_pki = (new.os_ca, new.trusted_cas) != (old.os_ca, old.trusted_cas)
         mode = request.mode
         if mode == Mode.AUTO:
             mode = Mode.NO_REBOOT if same_identity else Mode.REBOOT
@@ -118,6 +121,8 @@ class NodeApi:
             node.staged = new
         else:
             node.config = new
+            if new_pki:
+                call.after_reply.append(node.schedule_tls_reload)
         return self._applied(mode, details)
 
     def _apply_in_maintenance(self, call: Call, request) -> machine_pb2.ApplyConfigurationResponse:
