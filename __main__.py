@@ -78,6 +78,8 @@ with our_errors_cleanly():  # e.g. a Gateway API bundle that cannot be fetched: 
 pulumi.export("region", stack.region)
 pulumi.export("zones", {name: {"url": zone.url, "ready": zone.ready, "identityThumbprint": zone.identity_thumbprint,
                                "addresses": zone.addresses,
-                               "dns": {"mode": zone.dns_mode, "records": zone.dns_records}}
+                               "dns": {"mode": zone.dns_mode, "records": zone.dns_records},
+                               "talosconfigExpires": zone.talosconfig_expires,
+                               "kubeconfigExpires": zone.kubeconfig_expires}
                         for name, zone in zones.items()})
 pulumi.export("kubeconfigs", pulumi.Output.secret({name: zone.kubeconfig for name, zone in zones.items()}))

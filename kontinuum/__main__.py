@@ -12,6 +12,8 @@ COMMANDS = {
     "schema": ("kontinuum.cli.schema", "print the stack config contract as JSON Schema or as the README table"),
     "migrate": ("kontinuum.cli.migrate", "move a stack made by an earlier Kontinuum to the current layout (state only)"),
     "recover": ("kontinuum.cli.recover", "settle what a killed up or destroy left (tools/pulumi runs it first)"),
+    "backup": ("kontinuum.cli.backup", "take an encrypted etcd snapshot of a zone (Talos EtcdSnapshot)"),
+    "restore": ("kontinuum.cli.restore", "bring a zone's etcd back from a backup (Talos disaster recovery)"),
 }
 
 

@@ -16,8 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from kontinuum.dns import tsig
+from kontinuum.backup.files import DEFAULT_DIRECTORY as BACKUP_DIRECTORY
+from kontinuum.backup.files import DEFAULT_KEEP as BACKUP_KEEP
 from kontinuum.errors import ConfigError, ConfigErrors
 from kontinuum.talos import support
+from kontinuum.talos.renewal import RENEW_BEFORE_DAYS
 from kontinuum_components import contract, exposure_config, schema
 
 # The contract's constants live with its definition; re-exported for the code that reads them here.
@@ -74,6 +77,13 @@ Dns = exposure_config.Dns
 
 
 @dataclass(frozen=True)
+class Backup:
+    on_up: bool = False
+    directory: str = BACKUP_DIRECTORY
+    keep: int = BACKUP_KEEP
+
+
+@dataclass(frozen=True)
 class Zone:
     zone: str
     machines: tuple[Machine, ...]
@@ -92,6 +102,8 @@ class Zone:
     teardown_wipe: str = "state"  # one of TEARDOWN_WIPES
     ingress: Ingress = Ingress()
     dns: Dns = Dns()
+    backup: Backup = field(default_factory=Backup)
+    renew_before_days: float = RENEW_BEFORE_DAYS
 
 
 @dataclass(frozen=True)
@@ -212,6 +224,7 @@ def _zone(raw: dict, path: str, errs: _Errors) -> Zone | None:
     teardown = raw.get("teardown", {})
     ingress = exposure_config.ingress(raw.get("ingress", {}), f"{path}.ingress", errs)
     dns = exposure_config.dns(raw.get("dns", {}), f"{path}.dns", errs)
+    backup = raw.get("backup", {})
     return Zone(
         zone=raw["zone"], machines=machines, control_plane=cp, endpoint=endpoint, workers=tuple(workers),
         talos_version=talos, kubernetes_version=kubernetes,
@@ -223,6 +236,9 @@ def _zone(raw: dict, path: str, errs: _Errors) -> Zone | None:
         skip_unreachable_cluster=teardown.get("skipUnreachableCluster", False),
         talos_port=raw.get("talosPort", 50000), teardown_wipe=teardown.get("wipe", "state"),
         ingress=ingress, dns=dns,
+        backup=Backup(on_up=backup.get("onUp", False), directory=backup.get("directory", BACKUP_DIRECTORY),
+                      keep=backup.get("keep", BACKUP_KEEP)),
+        renew_before_days=raw.get("certificates", {}).get("renewBefore", RENEW_BEFORE_DAYS),
     )
 
 

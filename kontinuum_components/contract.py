@@ -10,7 +10,10 @@ import ipaddress
 import re
 from urllib.parse import urlsplit
 
+from kontinuum.backup.files import DEFAULT_DIRECTORY as BACKUP_DIRECTORY
+from kontinuum.backup.files import DEFAULT_KEEP as BACKUP_KEEP
 from kontinuum.talos import support
+from kontinuum.talos.renewal import RENEW_BEFORE_DAYS
 from kontinuum.talos.machineconfig import TALOS_VERSION
 from kontinuum.talos.waits import WAIT_DEFAULTS
 from kontinuum_components.schema import ANY, Bool, Format, Int, List, Map, Num, Obj, OneOf, Str, without
@@ -273,6 +276,21 @@ ZONE = Obj({
                     + "; `claim: 0` fails at once when no machine is free. Sized for real hardware (installer pull, "
                     "install and reboot take minutes); the lab stack sets short ones", expand=False),
     "talosPort": Int("Talos API port", default=50000, minimum=1, maximum=65535),
+    "certificates": Obj({
+        "renewBefore": Num("days before expiry at which `pulumi up` renews the admin talosconfig and kubeconfig "
+                           "client certificates (issued locally from the zone's CAs; no node is touched)",
+                           default=RENEW_BEFORE_DAYS, minimum=0),
+    }, "client certificates the stack holds; their expiry is exported per zone (`talosconfigExpires`, "
+       "`kubeconfigExpires`)"),
+    "backup": Obj({
+        "onUp": Bool("take an etcd snapshot on every `pulumi up` (the zone's EtcdBackup resource then updates on "
+                     "every run); `python -m kontinuum backup` takes one on demand either way", default=False),
+        "directory": Str("where the encrypted snapshot files go, relative to the project folder: "
+                         "`<directory>/<stack>/<region>-<zone>/` (README: etcd backup and restore)",
+                         default=BACKUP_DIRECTORY, format=NON_EMPTY),
+        "keep": Int("newest snapshot files kept per zone (older ones are deleted after each backup)",
+                    default=BACKUP_KEEP, minimum=1),
+    }, "etcd snapshots of the zone, encrypted with the zone's backup key (a Pulumi secret)"),
 })
 
 HUB = Obj({

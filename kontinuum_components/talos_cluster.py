@@ -68,7 +68,8 @@ class TalosCluster(pulumi.ComponentResource):
         cp_members = members[zone.control_plane.name]
         cp_pool = pool(zone.control_plane, [])
         cp_addresses = pulumi.Output.all(*[address(m) for m in cp_members])
-        secrets = TalosSecrets(f"{name}-secrets", cluster_name=name, endpoints=cp_addresses, opts=child)
+        secrets = TalosSecrets(f"{name}-secrets", cluster_name=name, endpoints=cp_addresses,
+                               renew_before_days=zone.renew_before_days, opts=child)
         first_cp = address(cp_members[0])
         self.endpoint = pulumi.Output.from_input(zone.endpoint or pulumi.Output.concat("https://", first_cp, ":6443"))
         talosconfig = secrets.talosconfig
@@ -110,6 +111,7 @@ class TalosCluster(pulumi.ComponentResource):
                               opts=pulumi.ResourceOptions(parent=self, depends_on=cp_applies))
         kubeconfig = Kubeconfig(f"{name}-kubeconfig", address=first_cp, talosconfig=talosconfig,
                                 talos_port=zone.talos_port, timeout=float(t["kubeconfig"]),
+                                secrets_yaml=secrets.secretsYaml, renew_before_days=zone.renew_before_days,
                                 opts=pulumi.ResourceOptions(parent=self, depends_on=[bootstrap]))
         self.kubeconfig = kubeconfig.kubeconfig
         self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=kubeconfig.kubeconfig,
@@ -127,6 +129,7 @@ class TalosCluster(pulumi.ComponentResource):
                                talos_port=zone.talos_port, timeout=float(t["health"]),
                                opts=pulumi.ResourceOptions(parent=self, depends_on=[cilium_healthy]))
         self.control_plane_ready = health.healthy
+        self.control_plane_ready_resource = health
 
         worker_applies: list[ConfigApply] = []
         self.worker_pools = {}
@@ -140,6 +143,10 @@ class TalosCluster(pulumi.ComponentResource):
             lambda _: True)
         self.bootstrapped = bootstrap.bootstrapped
         self.talosconfig = talosconfig
+        self.secrets_yaml = secrets.secretsYaml
+        self.talosconfig_expires = secrets.talosconfigExpires
+        self.kubeconfig_expires = kubeconfig.kubeconfigExpires
+        self.control_plane_addresses = cp_addresses
         self.members = {p: [iname[m] for m in ms] for p, ms in members.items()}
         self.addons_ready = [cilium_healthy, cert_manager_healthy]
         self.register_outputs({"endpoint": self.endpoint, "controlPlaneReady": self.control_plane_ready,

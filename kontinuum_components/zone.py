@@ -8,6 +8,8 @@ Instances unregistered only when `unregisterInstancesOnDelete` asks for it.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pulumi
 import pulumi_kubernetes as k8s
 
@@ -16,6 +18,7 @@ from kontinuum.naming import instance_name
 from kontinuum_components import config, specs
 from kontinuum_components.downstream import DownstreamFootprint
 from kontinuum_components.talos_cluster import LABEL_POOL, TalosCluster
+from providers.etcd_backup import EtcdBackup
 from providers.instance import Instance
 from providers.registry_join import RegistryJoin
 from providers.teardown_guard import TeardownGuard
@@ -84,6 +87,13 @@ class Zone(pulumi.ComponentResource):
                       opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster, footprint, join],
                                                   retain_on_delete=zone.skip_unreachable_cluster))
 
+        # The zone's backup key, and with backup.onUp a snapshot per up once the control plane is ready.
+        EtcdBackup(f"{name}-etcd-backup", cluster=name, stack=pulumi.get_stack(),
+                   directory=str(Path.cwd() / zone.backup.directory), keep=zone.backup.keep, on_up=zone.backup.on_up,
+                   talosconfig=cluster.talosconfig, secrets_yaml=cluster.secrets_yaml,
+                   control_planes=cluster.control_plane_addresses, talos_port=zone.talos_port,
+                   opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster.control_plane_ready_resource]))
+
         self.url = pulumi.Output.from_input(zone_url(region, zone.zone, hub))
         self.addresses, self.dns_records = footprint.addresses, footprint.dns_records
         self.dns_mode = zone.dns.mode
@@ -91,6 +101,8 @@ class Zone(pulumi.ComponentResource):
         self.kubeconfig = cluster.kubeconfig
         self.talosconfig = cluster.talosconfig
         self.identity_thumbprint = identity.thumbprint
+        self.talosconfig_expires = cluster.talosconfig_expires
+        self.kubeconfig_expires = cluster.kubeconfig_expires
         self.cluster = cluster
         self.register_outputs({"url": self.url, "ready": self.ready, "identityThumbprint": self.identity_thumbprint,
                                "addresses": self.addresses})

@@ -310,6 +310,7 @@ class ClusterRunner:
         self.service_proxy: service_proxy.ServiceProxy | None = None
         self.zone_dns: ZoneDns | None = None
         self.address = self._bind_address()
+        self.generation = registry.state(key).generation  # the bootstrap this runner serves
         self.state = "starting"
         self.control_plane: ControlPlane | None = None
         self.kwok: Managed | None = None
@@ -390,17 +391,21 @@ class ClusterRunner:
         return False
 
     def _start_control_plane(self) -> None:
-        shutil.rmtree(self.workdir, ignore_errors=True)  # a (re)bootstrapped cluster starts from empty etcd
+        # A (re)bootstrapped cluster starts from an empty etcd, or from the snapshot of a recovery.
+        shutil.rmtree(self.workdir, ignore_errors=True)
         self.workdir.mkdir(parents=True)
+        state = self.registry.state(self.key)
         cp = ControlPlane(
             self.name, self.workdir / "controlplane", self.config.pki,
             address=self.address, apiserver_port=self.config.endpoint_port, etcd_ports=(2379, 2380),
             controllers=True, service_cidr=self.config.service_subnet, pod_cidr=self.config.pod_subnet,
             egress_selector=(service_proxy.egress_config(service_proxy.socket_path(self.workdir))
                              if self._real_cert_manager else None),
+            restore_from=state.recover_from, skip_hash_check=state.skip_hash_check,
         )
         self.control_plane = cp
         cp.start()
+        self.registry.set_etcd(self.key, cp.etcd_snapshot)
         fd = os.open(self.kubeconfig_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(cp.admin_kubeconfig())
@@ -458,6 +463,8 @@ class ClusterRunner:
         # A cluster whose control plane could not run must not look healthy: its probe says why.
         why = f"the lab could not run the cluster's control plane ({self.state})"
         self.registry.set_health_probe(self.key, (lambda q: [(CHECK_NODES_REPORT, why)]) if failed else None)
+        if self.registry.etcd(self.key) == getattr(self.control_plane, "etcd_snapshot", None):
+            self.registry.set_etcd(self.key, None)
         for s in self.standins:
             s.stop()
         self.standins.clear()
@@ -679,14 +686,17 @@ class ClusterManager:
         with self._lock:
             runners = dict(self.runners)
         for key, runner in runners.items():
-            gone = key not in bootstrapped or runner.host.cluster_key != key
+            # A new generation is a new etcd (a disaster recovery's bootstrap): a new control plane.
+            gone = (key not in bootstrapped or runner.host.cluster_key != key
+                    or runner.generation != self.registry.state(key).generation)
             if gone or not runner.alive:
                 if gone:
-                    log.info("cluster %s: its nodes were reset; stopping its control plane", runner.name)
+                    log.info("cluster %s: its nodes were reset or its etcd was lost; stopping its control plane",
+                             runner.name)
                 runner.stop()
                 with self._lock:
                     self.runners.pop(key, None)
-                if key in bootstrapped:
+                if key in bootstrapped and runner.generation == self.registry.state(key).generation:
                     self._ended.add(key)
         for key in bootstrapped - set(runners) - self._ended:
             host = self._host(key)

@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives import serialization
 
 from kontinuum.talos import pki
 from kontinuum.talos.pki import CertKey
+from lab import etcd_restore
 from lab.process import Managed, wait_until
 
 READY_TIMEOUT = 90.0  # seconds for etcd + apiserver /readyz on a loaded 2-core machine
@@ -104,7 +105,11 @@ class ControlPlane:
         pod_cidr: str = "10.244.0.0/16",
         env: dict[str, str] | None = None,
         egress_selector: str | None = None,
+        restore_from: bytes | None = None,
+        skip_hash_check: bool = False,
     ):
+        """restore_from: an etcd snapshot that etcd starts from (etcdutl snapshot restore), as
+        Talos's Bootstrap(recover_etcd) does; skip_hash_check as its recover_skip_hash_check."""
         _check_loopback(address)
         self.egress_selector = egress_selector  # EgressSelectorConfiguration YAML (lab/service_proxy.py)
         self.name = name
@@ -118,6 +123,8 @@ class ControlPlane:
         self.service_cidr = service_cidr
         self.pod_cidr = pod_cidr
         self.env = env
+        self.restore_from = restore_from
+        self.skip_hash_check = skip_hash_check
         self.processes: list[Managed] = []
         self._probe_ctx: ssl.SSLContext | None = None
 
@@ -182,6 +189,10 @@ class ControlPlane:
                            server=True, client=True, key_type="ecdsa"),
         )
         data = self.workdir / "etcd"
+        if self.restore_from is not None and not data.exists():
+            etcd_restore.restore(self.restore_from, data, name=self.name, peer_url=f"http://{a}:{peer}",
+                                 workdir=self.workdir, skip_hash_check=self.skip_hash_check,
+                                 env=dict(os.environ if self.env is None else self.env))
         data.mkdir(parents=True, exist_ok=True)
         data.chmod(0o700)
         self._spawn("etcd", [
@@ -270,6 +281,13 @@ class ControlPlane:
             self._probe_ctx.load_cert_chain(*self._pair("readyz-probe", probe))
         with urllib.request.urlopen(f"{self.server}/readyz", context=self._probe_ctx, timeout=5) as r:
             return r.status == 200 and r.read().strip() == b"ok"
+
+    def etcd_snapshot(self, timeout: float = 60.0) -> bytes:
+        """etcd's own snapshot (database + sha256 trailer), read as a client would."""
+        client = self._pair("etcd-snapshot-client", pki.issue_cert(
+            self.pki.etcd_ca, common_name="etcd-snapshot", client=True, key_type="ecdsa"))
+        return etcd_restore.snapshot(f"https://{self.address}:{self.etcd_ports[0]}", self.pki.etcd_ca.crt, client,
+                                     timeout=timeout)
 
     def running(self) -> bool:
         return bool(self.processes) and all(p.running() for p in self.processes)

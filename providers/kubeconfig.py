@@ -7,6 +7,11 @@ hardware starts the apiserver minutes after bootstrap; the lab only after bootst
 try has a short deadline; past `timeout` the error says which condition never held. The
 kubeconfig is fetched once per wait (every fetch mints a new admin certificate) and only
 fetched again when the node to ask changes (`pulumi up --replace` forces a new one).
+
+Renewal: when the admin certificate in the held kubeconfig expires within `renewBeforeDays`,
+the diff reports a change on its own and the update issues a new one locally from the
+cluster CA in the secrets bundle (kontinuum/talos/renewal.py): no node is asked, and the
+zone's Kubernetes provider gets the renewed kubeconfig before anything uses it.
 """
 
 from __future__ import annotations
@@ -18,15 +23,16 @@ import yaml
 from pulumi.dynamic import CreateResult, Resource, ResourceProvider, UpdateResult
 
 from kontinuum.errors import KontinuumError
+from kontinuum.talos import renewal, secrets
 from kontinuum.talos.errors import PermissionDeniedError, TalosError, WrongModeError
 from kontinuum.talos.transport import APID_PORT
 from kontinuum.talos.waits import WAIT_DEFAULTS, NotYet, WaitTimeout, wait_until
 from providers.common import diff_inputs, with_secret_outputs
-from providers.talos_common import Inputs, info, node_client
+from providers.talos_common import Inputs, info, known, node_client
 
 FETCH_ON = ("address", "talosPort")  # which node to ask; a re-rendered talosconfig is no reason
 UPDATE_ON = (*FETCH_ON, "talosconfig", "timeout", "requestTimeout")
-SECRET_OUTPUTS = ("kubeconfig", "talosconfig")
+SECRET_OUTPUTS = ("kubeconfig", "talosconfig", "secretsYaml")
 
 
 class KubeconfigNotReady(KontinuumError):
@@ -134,27 +140,59 @@ class KubeconfigProvider(ResourceProvider):
         return check_kubeconfig(news).result()
 
     def diff(self, _id, olds, news):
-        return diff_inputs(olds, news, update_on=UPDATE_ON)
+        d = diff_inputs(olds, news, update_on=UPDATE_ON)
+        if not d.changes and _renewal_due(olds, news):
+            d.changes = True
+        return d
 
     def create(self, props):
-        outs = {k: props.get(k) for k in UPDATE_ON}
-        return CreateResult(id_=props["address"], outs={**outs, **fetch(props)})
+        outs = {k: props.get(k) for k in SETTINGS}
+        return CreateResult(id_=props["address"], outs=_with_expiry({**outs, **fetch(props)}))
 
     def update(self, _id, olds, news):
-        outs = {k: news.get(k) for k in UPDATE_ON}
+        outs = {k: news.get(k) for k in SETTINGS}
         if all(olds.get(k) == news.get(k) for k in FETCH_ON):  # same node: keep what we have
             kept = {k: olds.get(k) for k in ("kubeconfig", "endpoint", "kubernetesVersion")}
-            return UpdateResult(outs={**outs, **kept})
-        return UpdateResult(outs={**outs, **fetch(news)})
+            if _renewal_due(olds, news) and news.get("secretsYaml"):
+                k8s_ca = secrets.load(news["secretsYaml"], check_rsa=False).k8s
+                kept["kubeconfig"] = renewal.renew_kubeconfig(kept["kubeconfig"], k8s_ca)
+                info(f"{news['address']}: renewed the admin kubeconfig's client certificate locally")
+            return UpdateResult(outs=_with_expiry({**outs, **kept}))
+        return UpdateResult(outs=_with_expiry({**outs, **fetch(news)}))
+
+
+SETTINGS = (*UPDATE_ON, "secretsYaml", "renewBeforeDays")
+
+
+def _renewal_due(olds: dict, news: dict) -> bool:
+    """The held admin certificate expires within renewBeforeDays (reads the clock, nothing else)."""
+    held = olds.get("kubeconfig")
+    if not isinstance(held, str) or not known(news.get("renewBeforeDays")):
+        return False
+    days = news.get("renewBeforeDays")
+    try:
+        return renewal.due(renewal.kubeconfig_cert(held),
+                           float(days) if isinstance(days, (int, float)) else renewal.RENEW_BEFORE_DAYS)
+    except (ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError):
+        return False  # no client certificate to renew (e.g. token auth)
+
+
+def _with_expiry(outs: dict) -> dict:
+    try:
+        expires = renewal.rfc3339(renewal.expiry(renewal.kubeconfig_cert(outs["kubeconfig"])))
+    except (ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError):
+        expires = None  # a kubeconfig without a client certificate (token auth): nothing to renew
+    return {**outs, "kubeconfigExpires": expires}
 
 
 class Kubeconfig(Resource):
     """Outputs: kubeconfig (secret, admin), endpoint (the apiserver URL in it, not secret),
-    kubernetesVersion (what GET /version answered)."""
+    kubernetesVersion (what GET /version answered), kubeconfigExpires (RFC 3339 UTC)."""
 
     kubeconfig: pulumi.Output[str]
     endpoint: pulumi.Output[str]
     kubernetesVersion: pulumi.Output[str]
+    kubeconfigExpires: pulumi.Output[str]
 
     def __init__(
         self,
@@ -165,9 +203,14 @@ class Kubeconfig(Resource):
         talos_port: pulumi.Input[int] = APID_PORT,
         timeout: pulumi.Input[float] = WAIT_DEFAULTS.kubeconfig,
         request_timeout: pulumi.Input[float] = WAIT_DEFAULTS.http_request,
+        secrets_yaml: pulumi.Input[str] | None = None,
+        renew_before_days: pulumi.Input[float] = renewal.RENEW_BEFORE_DAYS,
         opts: pulumi.ResourceOptions | None = None,
     ):
         props = {
+            "secretsYaml": pulumi.Output.secret(secrets_yaml) if secrets_yaml is not None else None,
+            "renewBeforeDays": renew_before_days,
+            "kubeconfigExpires": None,
             "address": address,
             "talosPort": talos_port,
             "talosconfig": pulumi.Output.secret(talosconfig),

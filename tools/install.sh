@@ -50,6 +50,7 @@ version_of() {
       esac ;;
     kontinuum-talos-validate) "$2" --version 2>/dev/null ;;
     etcd) "$2" --version 2>/dev/null | sed -n 's/^etcd Version: /v/p' ;;
+    etcdutl) "$2" version 2>/dev/null | sed -n 's/^etcdutl version: /v/p' ;;
     kube-*) "$2" --version 2>/dev/null | awk '{print $2}' ;;
     kwok) "$2" --version 2>/dev/null | sed -n 's/.*kwok version \(v[^ ]*\).*/\1/p' ;;
     pebble) "$2" -version 2>/dev/null | sed -n 's/^Pebble version: //p' ;;
@@ -160,6 +161,10 @@ build_etcd() {
   (cd "$here/builders/etcd" && go build -trimpath -ldflags "-s -w" -o "$1/etcd" .)
 }
 
+build_etcdutl() {
+  (cd "$here/builders/etcdutl" && go build -trimpath -ldflags "-s -w" -o "$1/etcdutl" go.etcd.io/etcd/etcdutl/v3)
+}
+
 build_kubernetes() {
   # k8s.io/kubernetes replaces its staging modules by relative path; this builder module
   # requires k8s.io/kubernetes and pins every staging module to the matching v0.x release.
@@ -235,6 +240,7 @@ want pulumi && provide pulumi "$PULUMI_VERSION" build_pulumi
 want pulumi-language-python && provide pulumi-language-python "$PULUMI_LANGUAGE_PYTHON_VERSION" build_language_python
 want pulumi-resource-kubernetes && provide pulumi-resource-kubernetes "$PULUMI_KUBERNETES_VERSION" build_kubernetes_provider
 want etcd && provide etcd "$ETCD_VERSION" build_etcd
+want etcdutl && provide etcdutl "$ETCDUTL_VERSION" build_etcdutl
 for component in kube-apiserver kube-controller-manager kube-scheduler; do
   want "$component" && provide "$component" "$KUBERNETES_VERSION" build_kube_component
 done

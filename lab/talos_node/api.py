@@ -23,7 +23,7 @@ from grpclib.exceptions import GRPCError
 
 from kontinuum.talos import pki
 from lab.controlplane import kubeconfig_text
-from lab.talos_node import resources
+from lab.talos_node import etcd_api, resources
 from lab.talos_node.cluster import AlreadyBootstrapped, HealthQuery
 from lab.talos_node.machineconfig import AppliedConfig, InvalidConfig, parse
 from protos.gen.cluster import cluster_pb2
@@ -90,12 +90,15 @@ class NodeApi:
             return self._apply_in_maintenance(call, request)
         new = self._parse(request.data)
         old = self._config()
-        same_identity = (new.cluster_key, new.machine_type, new.os_ca, new.k8s_ca) == (
+        # machine.ca and machine.acceptedCAs change without a reboot (talosctl rotate-ca's phases:
+        # apid picks up the new certificates live). The Kubernetes CA still counts as identity
+        # here: the lab's control plane does not follow a cluster.ca change yet.
+        same_identity = (new.cluster_key, new.machine_type, new.k8s_ca) == (
             old.cluster_key,
             old.machine_type,
-            old.os_ca,
             old.k8s_ca,
         )
+        new_pki = (new.os_ca, new.trusted_cas) != (old.os_ca, old.trusted_cas)
         mode = request.mode
         if mode == Mode.AUTO:
             mode = Mode.NO_REBOOT if same_identity else Mode.REBOOT
@@ -118,6 +121,8 @@ class NodeApi:
             node.staged = new
         else:
             node.config = new
+            if new_pki:
+                call.after_reply.append(node.schedule_tls_reload)
         return self._applied(mode, details)
 
     def _apply_in_maintenance(self, call: Call, request) -> machine_pb2.ApplyConfigurationResponse:
@@ -142,11 +147,22 @@ class NodeApi:
         config = self._config()
         if not config.is_control_plane:
             raise GRPCError(Status.FAILED_PRECONDITION, "bootstrap can only be performed on a control plane node")
+        recover = etcd_api.recovery_snapshot(self.node, request)
         try:
-            self.node.registry.bootstrap(config.cluster_key, self.node)
+            self.node.registry.bootstrap(config.cluster_key, self.node, recover_from=recover,
+                                         skip_hash_check=request.recover_skip_hash_check)
         except AlreadyBootstrapped:
             raise GRPCError(Status.ALREADY_EXISTS, "etcd data directory is not empty") from None
+        self.node.etcd_snapshot = None  # Talos deletes the uploaded file once etcd restored it
         return machine_pb2.BootstrapResponse(messages=[machine_pb2.Bootstrap()])
+
+    async def etcd_snapshot(self, call: Call, request) -> AsyncIterator[common_pb2.Data]:
+        async for chunk in etcd_api.snapshot(self.node, self._etcd_cluster("etcd snapshot")):
+            yield chunk
+
+    async def etcd_recover(self, call: Call, request) -> machine_pb2.EtcdRecoverResponse:
+        self._control_plane_only("etcd recover")
+        return etcd_api.recover(self.node, request)
 
     async def etcd_member_list(self, call: Call, request) -> machine_pb2.EtcdMemberListResponse:
         key = self._etcd_cluster("etcd member list")
@@ -227,9 +243,12 @@ class NodeApi:
             node.config = node.staged = None
             node.registry.forget_if_empty(config.cluster_key)
 
-        call.after_reply.append(
-            lambda: node.schedule_reboot(forget if wipes_config else None, power_off=power_off)
-        )
+        def wipe_etcd() -> None:  # EPHEMERAL holds /var/lib/etcd and an uploaded snapshot
+            node.etcd_snapshot = None
+            node.registry.wipe_etcd(config.cluster_key, node.address)
+
+        transition = forget if wipes_config else wipe_etcd if "EPHEMERAL" in partitions else None
+        call.after_reply.append(lambda: node.schedule_reboot(transition, power_off=power_off))
         return machine_pb2.ResetResponse(messages=[machine_pb2.Reset(actor_id=str(uuid.uuid4()))])
 
     async def service_list(self, call: Call, request) -> machine_pb2.ServiceListResponse:
@@ -239,8 +258,11 @@ class NodeApi:
             running.append("trustd")
         services = [self._service(s, "Running", True) for s in running]
         if config.is_control_plane:
-            member = any(m.address == self.node.address for m in self.node.registry.state(config.cluster_key).members.values())
-            services.append(self._service("etcd", "Running" if member else "Preparing", member))
+            # Preparing: no etcd data, waiting for a bootstrap or for a cluster to join. Running but
+            # unhealthy: data of an etcd that lost its quorum.
+            state = self.node.registry.state(config.cluster_key)
+            member = any(m.address == self.node.address for m in state.members.values())
+            services.append(self._service("etcd", "Running" if member else "Preparing", member and state.bootstrapped))
         services.sort(key=lambda s: s.id)
         return machine_pb2.ServiceListResponse(messages=[machine_pb2.ServiceList(services=services)])
 

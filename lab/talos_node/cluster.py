@@ -55,8 +55,15 @@ class AlreadyBootstrapped(Exception):
 @dataclass
 class ClusterState:
     key: str
-    bootstrapped: bool = False
-    members: dict[int, Member] = field(default_factory=dict)
+    bootstrapped: bool = False  # etcd has quorum (False again once a wipe loses it)
+    members: dict[int, Member] = field(default_factory=dict)  # nodes holding this etcd's data
+    generation: int = 0  # bumped by every bootstrap: a new etcd, so a new control plane
+    recover_from: bytes | None = None  # the snapshot a Bootstrap(recover_etcd) restores etcd from
+    skip_hash_check: bool = False
+
+
+# Reads the cluster's real etcd snapshot (the lab's control plane registers it); blocking.
+EtcdSnapshotter = Callable[[], bytes]
 
 
 class ClusterRegistry:
@@ -69,6 +76,7 @@ class ClusterRegistry:
         self._issuers: dict[str, CertKey] = {}
         self._nodes: dict[str, EmulatedNode] = {}
         self._bootstrap_listeners: list[Callable[[str], None]] = []
+        self._etcd: dict[str, EtcdSnapshotter] = {}
 
     # --- nodes --------------------------------------------------------------------------
 
@@ -109,7 +117,8 @@ class ClusterRegistry:
         """A snapshot of the cluster (empty when it has no state yet)."""
         with self._lock:
             state = self._clusters.get(key, ClusterState(key))
-            return ClusterState(state.key, state.bootstrapped, dict(state.members))
+            return ClusterState(state.key, state.bootstrapped, dict(state.members), state.generation,
+                                state.recover_from, state.skip_hash_check)
 
     def bootstrapped(self) -> list[str]:
         """Keys of the clusters that are bootstrapped now (what the lab runs control planes for)."""
@@ -123,13 +132,19 @@ class ClusterRegistry:
         with self._lock:
             self._bootstrap_listeners.append(listener)
 
-    def bootstrap(self, key: str, node: EmulatedNode) -> None:
-        """Start etcd on `node`; the other configured control planes of the cluster join it."""
+    def bootstrap(self, key: str, node: EmulatedNode, *, recover_from: bytes | None = None,
+                  skip_hash_check: bool = False) -> None:
+        """Start etcd on `node` (from `recover_from`, an uploaded snapshot, if given); the other
+        configured control planes of the cluster join it. A node still holding etcd data, or a
+        cluster whose etcd runs, refuses (Talos: the etcd data directory is not empty)."""
         with self._lock:
             state = self._clusters.setdefault(key, ClusterState(key))
-            if state.bootstrapped:
+            if state.bootstrapped or any(m.address == node.address for m in state.members.values()):
                 raise AlreadyBootstrapped(key)
             state.bootstrapped = True
+            state.members.clear()  # whatever data others kept belongs to the lost etcd
+            state.generation += 1
+            state.recover_from, state.skip_hash_check = recover_from, skip_hash_check
             self._join_locked(state, node)
             for other in self.nodes_of(key):
                 if other is not node and other.is_control_plane and other.is_up:
@@ -160,6 +175,34 @@ class ClusterRegistry:
             for i in ids:
                 del state.members[i]
             return bool(ids)
+
+    def wipe_etcd(self, key: str, address: str) -> None:
+        """The node's EPHEMERAL partition (its etcd data) was wiped. Its member is gone; when
+        that leaves fewer members than a quorum of the cluster before, etcd is lost: the
+        cluster is no longer bootstrapped (the lab stops its control plane) until a Bootstrap,
+        with recover_etcd for a disaster recovery."""
+        with self._lock:
+            state = self._clusters.get(key)
+            if not state:
+                return
+            before = len(state.members)
+            ids = [i for i, m in state.members.items() if m.address == address]
+            for i in ids:
+                del state.members[i]
+            if ids and state.bootstrapped and len(state.members) < before // 2 + 1:
+                state.bootstrapped = False
+
+    def set_etcd(self, key: str, snapshotter: EtcdSnapshotter | None) -> None:
+        """The lab registers how to read the cluster's real etcd (None: it stopped)."""
+        with self._lock:
+            if snapshotter is None:
+                self._etcd.pop(key, None)
+            else:
+                self._etcd[key] = snapshotter
+
+    def etcd(self, key: str) -> EtcdSnapshotter | None:
+        with self._lock:
+            return self._etcd.get(key)
 
     def remove_member(self, key: str, member_id: int) -> bool:
         with self._lock:

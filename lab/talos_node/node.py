@@ -104,6 +104,7 @@ class EmulatedNode:
         self.config: AppliedConfig | None = None
         self.staged: AppliedConfig | None = None
         self.staged_version: str | None = None
+        self.etcd_snapshot: bytes | None = None  # /var/lib/etcd.snapshot, uploaded by EtcdRecover
         self.booted_at = Timestamp()
         self.boots = 0  # completed boots; lets a waiter tell a finished reboot from none yet
         self.api = NodeApi(self)
@@ -233,6 +234,29 @@ class EmulatedNode:
         task = self._loop.create_task(self._reboot(transition, power_off=power_off))
         self._tasks.add(task)
         task.add_done_callback(self._reboot_done)
+
+    def schedule_tls_reload(self) -> None:
+        """After the current reply: serve with certificates from the now applied machine.ca and
+        accept client certificates of machine.ca + machine.acceptedCAs (apid's live reload; new
+        connections see it, open ones are dropped)."""
+        task = self._loop.create_task(self._reload_tls())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _reload_tls(self) -> None:
+        await asyncio.sleep(0)  # let the reply that changed the config leave first
+        async with self._power:
+            config = self.config
+            if self.mode != "configured" or config is None:
+                return
+            if config.is_control_plane:
+                self.registry.remember_issuer(config.cluster_key, config.os_ca)
+            issuer = self.registry.issuer(config.cluster_key)
+            if issuer is None:
+                return
+            self._ssl = tls.configured_context(self.address, self.hostname, config, issuer)
+            await self._halt()
+            await self._sync_listening()
 
     def _reboot_done(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)

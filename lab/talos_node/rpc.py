@@ -51,7 +51,8 @@ class Method:
     reply: type
     roles: frozenset[str]
     maintenance: str
-    streaming: bool = False
+    streaming: bool = False  # server stream
+    client_streaming: bool = False  # client stream: the handler gets the list of request messages
 
     @property
     def path(self) -> str:
@@ -69,6 +70,8 @@ METHODS = [
     Method("machine.MachineService", "EtcdMemberList", "etcd_member_list", _M.EtcdMemberListRequest, _M.EtcdMemberListResponse, READ | {"os:etcd:backup"}, NOT_IMPLEMENTED),
     Method("machine.MachineService", "EtcdRemoveMemberByID", "etcd_remove_member_by_id", _M.EtcdRemoveMemberByIDRequest, _M.EtcdRemoveMemberByIDResponse, ADMIN, NOT_IMPLEMENTED),
     Method("machine.MachineService", "EtcdLeaveCluster", "etcd_leave_cluster", _M.EtcdLeaveClusterRequest, _M.EtcdLeaveClusterResponse, ADMIN, NOT_IMPLEMENTED),
+    Method("machine.MachineService", "EtcdSnapshot", "etcd_snapshot", _M.EtcdSnapshotRequest, common_pb2.Data, ADMIN | {"os:operator", "os:etcd:backup"}, NOT_IMPLEMENTED, streaming=True),
+    Method("machine.MachineService", "EtcdRecover", "etcd_recover", common_pb2.Data, _M.EtcdRecoverResponse, ADMIN, NOT_IMPLEMENTED, client_streaming=True),
     Method("machine.MachineService", "Kubeconfig", "kubeconfig", empty_pb2.Empty, common_pb2.Data, ADMIN, NOT_IMPLEMENTED, streaming=True),
     Method("machine.MachineService", "Reset", "reset", _M.ResetRequest, _M.ResetResponse, ADMIN, ADMIN_ONLY),
     Method("machine.MachineService", "ServiceList", "service_list", empty_pb2.Empty, _M.ServiceListResponse, READ, NOT_IMPLEMENTED),
@@ -220,6 +223,7 @@ class _NodeService:
         return {
             m.path: grpclib.const.Handler(
                 self._adapter(m),
+                Cardinality.STREAM_UNARY if m.client_streaming else
                 Cardinality.UNARY_STREAM if m.streaming else Cardinality.UNARY_UNARY,
                 m.request,
                 m.reply,
@@ -231,7 +235,10 @@ class _NodeService:
         node = self._node
 
         async def handle(grpc_stream: Any) -> None:
-            request = await grpc_stream.recv_message()
+            if method.client_streaming:
+                request = [message async for message in grpc_stream]
+            else:
+                request = await grpc_stream.recv_message()
             call = Call(roles=frozenset())
             args = (node, method, request, grpc_stream.metadata, _peer_certificate(grpc_stream), call)
             if method.streaming:

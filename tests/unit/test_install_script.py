@@ -20,6 +20,7 @@ TOOLS = {
     "pulumi-language-python": PINS["PULUMI_LANGUAGE_PYTHON_VERSION"],
     "pulumi-resource-kubernetes": PINS["PULUMI_KUBERNETES_VERSION"],
     "etcd": PINS["ETCD_VERSION"],
+    "etcdutl": PINS["ETCDUTL_VERSION"],
     "kube-apiserver": PINS["KUBERNETES_VERSION"],
     "kube-controller-manager": PINS["KUBERNETES_VERSION"],
     "kube-scheduler": PINS["KUBERNETES_VERSION"],
@@ -40,6 +41,7 @@ case $name in
   pulumi|kontinuum-talos-validate|cert-manager-*) body="echo $version" ;;
   pebble) body="echo 'Pebble version: $version'" ;;
   etcd) body="echo 'etcd Version: ${version#v}'" ;;
+  etcdutl) body="printf 'etcdutl version: %s\\nAPI version: 3.6\\n' ${version#v}" ;;
   kube-*) body="echo 'Kubernetes $version'" ;;
   kwok) body="echo 'kwok version $version go1.26'" ;;
   *) body="exit 0" ;;

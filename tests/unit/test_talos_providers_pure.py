@@ -256,7 +256,7 @@ def test_resources_mark_secrets_and_pickle_stateless_providers(monkeypatch, tc, 
         "s": {"secretsYaml", "talosconfig", "importYaml"},
         "c": {"config", "talosconfig", "hubKubeconfig"},
         "b": {"talosconfig"},
-        "k": {"kubeconfig", "talosconfig"},
+        "k": {"kubeconfig", "talosconfig", "secretsYaml"},
         "h": {"talosconfig"},
     }
     for name, (provider, props, _) in seen.items():
