@@ -82,8 +82,12 @@ class TalosCluster(pulumi.ComponentResource):
 
         def applies(p: Pool, role: str, after: list[pulumi.Resource]) -> list[ConfigApply]:
             config = config_for(p.name)
-            return [
-                ConfigApply(
+            made: list[ConfigApply] = []
+            for m in members[p.name]:
+                # Control planes one after the other: each joins etcd (and waits for it to be healthy)
+                # before the next, and leaves it only after the next one left (deletes run in reverse).
+                chain = made[-1:] if role == "controlplane" else []
+                made.append(ConfigApply(
                     iname[m],
                     instance=iname[m],
                     pool=p.name,
@@ -100,10 +104,9 @@ class TalosCluster(pulumi.ComponentResource):
                     wipe=zone.teardown_wipe,
                     # Its own Instance too: teardown resets the machine before the Instance goes,
                     # whatever else changed in the pool's dependencies in the same run.
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=[*after, instances[m]]),
-                )
-                for m in members[p.name]
-            ]
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[*after, *chain, instances[m]]),
+                ))
+            return made
 
         cp_applies = applies(zone.control_plane, "controlplane", [cp_pool])
         bootstrap = Bootstrap(f"{name}-bootstrap", address=first_cp, talosconfig=talosconfig,

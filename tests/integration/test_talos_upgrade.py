@@ -157,3 +157,30 @@ def test_version_policy_refuses_downgrades_and_skipped_minors(cluster):
     with pytest.raises(ConfigError, match="upgrade path starts at v1.11.0"):
         diff_talos_upgrade({**recorded, "version": "v1.10.7"}, props(cluster, a, "v1.13.2"))
     assert not diff_talos_upgrade(recorded, props(cluster, a, NEW, step="2/4")).changes
+
+
+# --- control-plane scaling: join one at a time, leave only with quorum -------------------------
+
+
+def test_control_planes_join_one_at_a_time_and_leave_only_while_etcd_is_healthy(lab):
+    from providers.config_apply import ConfigApplyProvider
+    from providers.node_teardown import NodeNotResetError
+
+    c = Cluster(lab, control_planes=3)
+    first, second, third = c.addresses
+    ConfigApplyProvider().create(c.props(first))
+    c.bootstrap()
+    for joining, members in ((second, 2), (third, 3)):
+        ConfigApplyProvider().create(c.props(joining))
+        # create returned only once the new control plane is a healthy etcd member
+        assert joining in {m.address for m in c.state.members.values()} and len(c.state.members) == members
+    lab.node(second).set_faults(refuse=True)
+    try:
+        with pytest.raises(NodeNotResetError) as err:
+            ConfigApplyProvider().delete(third, c.props(third, drain=False, resetTimeout=3.0))
+        assert second in str(err.value) and "before control plane" in str(err.value)
+        assert lab.node(third).mode == "configured" and len(c.state.members) == 3
+    finally:
+        lab.node(second).clear_faults()
+    ConfigApplyProvider().delete(third, c.props(third, drain=False))
+    assert {m.address for m in c.state.members.values()} == {first, second}
