@@ -12,6 +12,7 @@ a killed run is undone. The steps, each bounded:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -22,10 +23,13 @@ from kontinuum.lifecycle import etcd_health, versions
 from kontinuum.talos import lifecycle
 from kontinuum.talos.client import TalosClient
 from kontinuum.talos.errors import NodeUnreachableError, TalosTimeoutError, TlsTrustError
-from kontinuum.talos.waits import NotYet, wait_until
+from kontinuum.talos.waits import WAIT_DEFAULTS, NotYet, wait_until
 
 CORDON_REASON = "talos-upgrade"
 _DOWN = (NodeUnreachableError, TalosTimeoutError, TlsTrustError)  # what a rebooting node shows
+# A reboot is waited for with short, even pauses: the default backoff would add up to its
+# longest pause to every node of a rollout.
+_REBOOT_POLL = dataclasses.replace(WAIT_DEFAULTS, first_pause=0.2, max_pause=0.5)
 
 
 class UpgradeRefused(KontinuumError):
@@ -70,7 +74,7 @@ def running_version(ctx: Context, node: NodeUpgrade, timeout: float) -> str:
             raise NotYet(e.problem) from e
 
     return wait_until(f"{node.name} ({node.address}) to answer with its Talos version", probe, timeout=timeout,
-                      remedy="Check that the machine is on and reachable, then run `pulumi up` again.")
+                      bounds=_REBOOT_POLL, remedy="Check that the machine is on and reachable, then run `pulumi up` again.")
 
 
 def _uncordon(ctx: Context, node: NodeUpgrade) -> None:
@@ -102,7 +106,7 @@ def _wait_rebooted(ctx: Context, node: NodeUpgrade, before: str | None, started:
         return version
 
     return wait_until(f"{node.name} ({node.address}) to come back from its upgrade reboot", probe,
-                      timeout=node.timeout, started=started,
+                      timeout=node.timeout, started=started, bounds=_REBOOT_POLL,
                       remedy="The node may still be installing or booting (raise timeouts.upgrade); check its "
                              "console, then run `pulumi up` again: a node already on the target is not touched again.")
 

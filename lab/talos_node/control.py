@@ -40,6 +40,8 @@ def state(node: EmulatedNode) -> dict:
         "faults": faults,
         "calls": node.calls,
         "boot_id": node.boot_id,
+        "etcd_members": sorted(m.address for m in node.registry.state(node.cluster_key).members.values())
+        if node.cluster_key else [],
         "events": node.event_log(),
     }
 
