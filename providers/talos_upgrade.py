@@ -80,8 +80,15 @@ def _converge(props: dict) -> dict:
         control_planes=tuple(props["controlPlanes"]), drain=bool(props["drain"]),
         allow_downgrade=bool(props["allowDowngrade"]), timeout=float(props["timeout"]),
         health_timeout=float(props["healthTimeout"]), drain_timeout=min(DRAIN_TIMEOUT, float(props["timeout"]) / 2))
+    clients: dict[str, object] = {}  # one TLS context per node for the whole step, not per call
+
+    def client_for(address: str):
+        if address not in clients:
+            clients[address] = node_client(props, address)
+        return clients[address]
+
     ctx = talos_upgrade.Context(
-        client_for=lambda address: node_client(props, address),
+        client_for=client_for,
         kubeconfig=lambda: cluster_kubeconfig(props),
         log=info)
     version = talos_upgrade.upgrade_node(ctx, node)

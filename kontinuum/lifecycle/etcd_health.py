@@ -52,20 +52,23 @@ def problem(client_for: ClientFor, control_planes: list[str], left: float) -> st
     missing = [a for a in control_planes if a not in by_address]
     if missing:
         return f"control plane(s) {', '.join(missing)} are not etcd members (members: {sorted(by_address)})"
+    problems = []
     for address, m in sorted(by_address.items()):
         name = f"etcd member {m.hostname} ({address})"
         if m.is_learner:
-            return f"{name} is still a learner"
+            problems.append(f"{name} is still a learner")
+            continue
         client = client_for(address)
         try:
             services = client.service_list(timeout=min(left, client.deadlines.service_list))
         except TalosError as e:
-            return f"{name} does not answer: {e.problem}"
+            problems.append(f"{name} does not answer: {e.problem}")
+            continue
         etcd = next((s for s in services if s.id == "etcd"), None)
         if etcd is None or etcd.state != "Running" or etcd.healthy is not True:
             state = "absent" if etcd is None else f"{etcd.state}, healthy={etcd.healthy}"
-            return f"{name} is not healthy (etcd service: {state})"
-    return None
+            problems.append(f"{name} is not healthy (etcd service: {state})")
+    return "; ".join(problems) or None
 
 
 def wait_healthy(client_for: ClientFor, control_planes: list[str], *, timeout: float, why: str) -> None:
@@ -79,6 +82,6 @@ def wait_healthy(client_for: ClientFor, control_planes: list[str], *, timeout: f
         wait_until(f"etcd to be healthy with every member {why}", probe, timeout=timeout, remedy="")
     except WaitTimeout as e:
         raise EtcdUnhealthyError(
-            f"etcd is not healthy with every member {why}: {e.last} (waited {timeout:g} s). Nothing was done to "
-            "the next control plane; bring that member back (check its node and etcd service), then run "
+            f"etcd is not healthy with every member {why}: {e.last} (waited {timeout:g} s). Nothing was done; "
+            "bring that member back (check its node and etcd service), then run "
             "`pulumi up` again.") from None
