@@ -26,6 +26,7 @@ from providers.config_apply import ConfigApply
 from providers.instance import Instance
 from providers.instance_pool import InstancePool
 from providers.kubeconfig import Kubeconfig
+from providers.kubernetes_version import KubernetesVersion
 from providers.talos_secrets import TalosSecrets
 from providers.talos_upgrade import TalosUpgrade
 
@@ -108,7 +109,11 @@ class TalosCluster(pulumi.ComponentResource):
                 ))
             return made
 
-        cp_applies = applies(zone.control_plane, "controlplane", [cp_pool])
+        # Recorded Kubernetes version: its diff refuses, at preview, a skip or a downgrade before any
+        # node gets a config with the new version.
+        k8s_version = KubernetesVersion(f"{name}-kubernetes-version", zone=name, version=zone.kubernetes_version,
+                                        config_path=zone.path, opts=child)
+        cp_applies = applies(zone.control_plane, "controlplane", [cp_pool, k8s_version])
         bootstrap = Bootstrap(f"{name}-bootstrap", address=first_cp, talosconfig=talosconfig,
                               talos_port=zone.talos_port, timeout=float(t["bootstrap"]),
                               opts=pulumi.ResourceOptions(parent=self, depends_on=cp_applies))
@@ -137,7 +142,7 @@ class TalosCluster(pulumi.ComponentResource):
         for w in zone.workers:
             wp = pool(w, [health])
             self.worker_pools[w.name] = wp
-            worker_applies += applies(w, "worker", [wp, health])
+            worker_applies += applies(w, "worker", [wp, health, k8s_version])
         cert_manager_healthy = addons.install_cert_manager(self, kubeconfig.kubeconfig, after=[health])
         apply_of = dict(zip([m for p in (zone.control_plane, *zone.workers) for m in members[p.name]],
                             [*cp_applies, *worker_applies]))

@@ -61,3 +61,19 @@ def upgrade_problem(current: str, target: str, *, allow_downgrade: bool) -> str 
         return (f"Talos {current} cannot upgrade to {target} directly (the {minor(target)} upgrade path starts at "
                 f"{oldest}); upgrade through the intermediate minor versions first")
     return None
+
+
+def kubernetes_skew_problem(current: str, target: str) -> str | None:
+    """upgrade-k8s's path rule: the same minor or the next one, never back (go-kubernetes'
+    upgrade path whitelist; reference/day2-facts.md §2). None when allowed."""
+    try:
+        cur, tgt = parse(current), parse(target)
+    except ValueError as e:
+        return str(e)
+    if tgt < cur:
+        return f"{target} is older than the running {current}; Kubernetes is never downgraded"
+    if tgt[0] != cur[0] or tgt[1] > cur[1] + 1:
+        step = f"v{cur[0]}.{cur[1] + 1}.x"
+        return (f"{current} → {target} skips a minor version; Kubernetes upgrades one minor at a time: "
+                f"go to {step} first (run `pulumi up`), then to {target}")
+    return None

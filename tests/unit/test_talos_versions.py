@@ -54,3 +54,29 @@ def test_installer_image_is_a_repository_without_tag(bad):
 def test_unsupported_target_is_refused_at_config_time(version):
     _, errs = config.problems(_zone(talosVersion=version))
     assert any(str(e).startswith("zones[0].talosVersion:") for e in errs)
+
+
+@pytest.mark.parametrize(("current", "target", "expect"), [
+    ("v1.35.4", "v1.35.4", None),
+    ("v1.35.4", "v1.35.6", None),
+    ("v1.35.4", "v1.36.0", None),
+    ("v1.35.4", "v1.37.0", "skips a minor version"),
+    ("v1.35.4", "v1.34.9", "never downgraded"),
+])
+def test_kubernetes_skew_one_minor_at_a_time(current, target, expect):
+    from kontinuum.lifecycle.versions import kubernetes_skew_problem
+
+    problem = kubernetes_skew_problem(current, target)
+    assert (problem is None) if expect is None else (expect in problem)
+
+
+def test_kubernetes_version_diff_refuses_a_skip_path_precise():
+    from kontinuum.errors import ConfigError
+    from providers.kubernetes_version import diff_kubernetes_version
+
+    olds = {"version": "v1.34.2", "configPath": "zones[1]"}
+    assert diff_kubernetes_version(olds, {"version": "v1.35.4", "configPath": "zones[1]"}).changes
+    assert not diff_kubernetes_version(olds, {"version": "v1.34.2", "configPath": "zones[1]"}).changes
+    with pytest.raises(ConfigError) as err:
+        diff_kubernetes_version(olds, {"version": "v1.36.0", "configPath": "zones[1]"})
+    assert str(err.value).startswith("zones[1].kubernetesVersion: the zone runs Kubernetes v1.34.2")
