@@ -29,7 +29,7 @@ CORDON_REASON = "talos-upgrade"
 _DOWN = (NodeUnreachableError, TalosTimeoutError, TlsTrustError)  # what a rebooting node shows
 # A reboot is waited for with short, even pauses: the default backoff would add up to its
 # longest pause to every node of a rollout.
-_REBOOT_POLL = dataclasses.replace(WAIT_DEFAULTS, first_pause=0.2, max_pause=0.5)
+_REBOOT_POLL = dataclasses.replace(WAIT_DEFAULTS, first_pause=0.1, max_pause=0.25)
 
 
 class UpgradeRefused(KontinuumError):
