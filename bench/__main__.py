@@ -1,6 +1,6 @@
 """Benchmarks (issue 9): `make bench`, or
 
-    venv/bin/python -m bench [--runs N] [--only preview50,noop,zones,labrss] [--zones 1,4,8] [--profile]
+    venv/bin/python -m bench [--runs N] [--only preview50,noop,zones,labrss,upgrade] [--zones 1,4,8] [--profile]
                              [--preview-budget S] [--zones-budget S] [--noop-budget S] [--destroy-timeout S]
 
 Runs each benchmark N times (default 3; BENCH_RUNS also sets it), prints every section and
@@ -23,12 +23,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import common, labrss, noop, preview50, report, zones
+from bench import common, labrss, noop, preview50, report, upgrade, zones
 
-BENCHMARKS = {"preview50": preview50, "noop": noop, "zones": zones, "labrss": labrss}
-REPORT_ORDER = ["preview50", "noop", "zones", "labrss"]
+BENCHMARKS = {"preview50": preview50, "noop": noop, "zones": zones, "labrss": labrss, "upgrade": upgrade}
+REPORT_ORDER = ["preview50", "noop", "zones", "labrss", "upgrade"]
 ANALYSIS = "analysis"  # written by hand into RESULTS.md between its markers; kept verbatim
-RUN_ORDER = ["preview50", "zones", "noop", "labrss"]
+RUN_ORDER = ["preview50", "zones", "noop", "labrss", "upgrade"]
 RESULTS = common.ROOT / "bench" / "RESULTS.md"
 
 

@@ -11,6 +11,7 @@ __main__ feeds it from the engine's config, `python -m kontinuum check` from the
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,19 @@ class Backup:
 
 
 @dataclass(frozen=True)
+class Upgrade:
+    """How a changed talosVersion rolls out (contract `upgrade`)."""
+
+    drain: bool = True  # workers
+    drain_control_planes: bool = False
+    allow_downgrade: bool = False
+    installer: str = contract.DEFAULT_INSTALLER  # repository; the tag is the Talos version
+
+    def image(self, talos_version: str) -> str:
+        return f"{self.installer}:{talos_version}"
+
+
+@dataclass(frozen=True)
 class Zone:
     zone: str
     machines: tuple[Machine, ...]
@@ -104,6 +118,8 @@ class Zone:
     dns: Dns = Dns()
     backup: Backup = field(default_factory=Backup)
     renew_before_days: float = RENEW_BEFORE_DAYS
+    upgrade: Upgrade = field(default_factory=Upgrade)
+    path: str = "zones[0]"  # where the zone is in the stack config, for errors found later
 
 
 @dataclass(frozen=True)
@@ -225,6 +241,9 @@ def _zone(raw: dict, path: str, errs: _Errors) -> Zone | None:
     ingress = exposure_config.ingress(raw.get("ingress", {}), f"{path}.ingress", errs)
     dns = exposure_config.dns(raw.get("dns", {}), f"{path}.dns", errs)
     backup = raw.get("backup", {})
+    up = raw.get("upgrade", {})
+    upgrade = Upgrade(up.get("drain", True), up.get("drainControlPlanes", False), up.get("allowDowngrade", False),
+                      up.get("installerImage", contract.DEFAULT_INSTALLER))
     return Zone(
         zone=raw["zone"], machines=machines, control_plane=cp, endpoint=endpoint, workers=tuple(workers),
         talos_version=talos, kubernetes_version=kubernetes,
@@ -235,7 +254,7 @@ def _zone(raw: dict, path: str, errs: _Errors) -> Zone | None:
         timeouts={**DEFAULT_TIMEOUTS, **raw.get("timeouts", {})},
         skip_unreachable_cluster=teardown.get("skipUnreachableCluster", False),
         talos_port=raw.get("talosPort", 50000), teardown_wipe=teardown.get("wipe", "state"),
-        ingress=ingress, dns=dns,
+        ingress=ingress, dns=dns, upgrade=upgrade,
         backup=Backup(on_up=backup.get("onUp", False), directory=backup.get("directory", BACKUP_DIRECTORY),
                       keep=backup.get("keep", BACKUP_KEEP)),
         renew_before_days=raw.get("certificates", {}).get("renewBefore", RENEW_BEFORE_DAYS),
@@ -332,7 +351,7 @@ def problems(raw: dict, *, secret_keys: frozenset[str] | None = None) -> tuple[S
                     errs.add(f"zones[{i}].talosAddresses[{j}]", f"{a} is already used by {addresses[a]}")
                 else:
                     addresses[a] = f"zones[{i}].talosAddresses[{j}] (zone {z.zone})"
-        zones.append(z)
+        zones.append(dataclasses.replace(z, path=f"zones[{i}]"))
         index.append(i)
     hub = _hub(clean.get("hub"))
     keys = _tsig_keys(clean.get("dnsTsigKeys"), secret_keys, errs)

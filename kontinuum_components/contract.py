@@ -48,6 +48,7 @@ DEFAULT_TIMEOUTS = {
     "certificate": 600,
     "registryJoin": 600,
     "teardown": int(WAIT_DEFAULTS.reset),
+    "upgrade": 900,
 }
 
 # What a reset wipes on teardown (zones[].teardown.wipe). Talos's documented way back to
@@ -163,6 +164,10 @@ PEM = Format("PEM", _pem_problem, r"-----BEGIN CERTIFICATE-----")
 DNS_SERVER = Format("host[:port]", lambda v: None if not _host_problem(v) else _host_port_problem(v) and
                     "must be an address or host name, optionally with :port (53 by default)")
 NON_EMPTY = Format("string", lambda v: "must not be empty" if not v.strip() else None, r"\S")
+DEFAULT_INSTALLER = "ghcr.io/siderolabs/installer"
+REPOSITORY = Format("image repository", lambda v: None if re.match(r"^[^\s:@]+(:\d+)?(/[^\s:@]+)+$", v) else
+                    "must be an image repository without tag or digest (the talosVersion is the tag), e.g. "
+                    "factory.talos.dev/metal-installer/<schematic id>", r"^[^\s:@]+(:\d+)?(/[^\s:@]+)+$")
 IMAGE = Format("image", lambda v: None if re.match(r"^\S+$", v) else "must be an image reference", r"^\S+$")
 
 # --- the contract ---------------------------------------------------------------------------
@@ -263,6 +268,16 @@ ZONE = Obj({
     }, "what every zone cluster gets"),
     "ingress": INGRESS,
     "dns": DNS,
+    "upgrade": Obj({
+        "drain": Bool("cordon and drain each worker's Node before its Talos upgrade, uncordon after",
+                      default=True),
+        "drainControlPlanes": Bool("also cordon and drain control planes before their upgrade", default=False),
+        "allowDowngrade": Bool("allow a talosVersion older than the one a node runs (within Talos's bounds)",
+                               default=False),
+        "installerImage": Str("installer image repository (an Image Factory one for extensions); the tag is "
+                              "`talosVersion`", default=DEFAULT_INSTALLER, format=REPOSITORY),
+    }, "how a changed `talosVersion` rolls out: one node at a time, control planes first, etcd healthy before "
+       "each control plane, each node verified on the new version"),
     "serverImage": Str("kontinuum-server image of the zone footprint", default=DEFAULT_SERVER_IMAGE, format=IMAGE),
     "unregisterInstancesOnDelete": Bool("on teardown also delete the hub Instances (default: only release them)",
                                         default=False),

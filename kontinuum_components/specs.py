@@ -19,7 +19,7 @@ def cluster_spec(name: str, zone: Zone, endpoint: str) -> machineconfig.ClusterS
         kubernetes_version=zone.kubernetes_version,
         control_plane=pool_spec(zone.control_plane),
         workers=tuple(pool_spec(w) for w in zone.workers if w.replicas > 0),
-        installer_image=f"ghcr.io/siderolabs/installer:{zone.talos_version}",
+        installer_image=zone.upgrade.image(zone.talos_version),
         patches=zone.patches,
     )
 

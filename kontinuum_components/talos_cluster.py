@@ -26,7 +26,9 @@ from providers.config_apply import ConfigApply
 from providers.instance import Instance
 from providers.instance_pool import InstancePool
 from providers.kubeconfig import Kubeconfig
+from providers.kubernetes_version import KubernetesVersion
 from providers.talos_secrets import TalosSecrets
+from providers.talos_upgrade import TalosUpgrade
 
 LABEL_POOL = "kontinuum.sh/pool"
 
@@ -82,8 +84,12 @@ class TalosCluster(pulumi.ComponentResource):
 
         def applies(p: Pool, role: str, after: list[pulumi.Resource]) -> list[ConfigApply]:
             config = config_for(p.name)
-            return [
-                ConfigApply(
+            made: list[ConfigApply] = []
+            for m in members[p.name]:
+                # Control planes one after the other: each joins etcd (and waits for it to be healthy)
+                # before the next, and leaves it only after the next one left (deletes run in reverse).
+                chain = made[-1:] if role == "controlplane" else []
+                made.append(ConfigApply(
                     iname[m],
                     instance=iname[m],
                     pool=p.name,
@@ -100,12 +106,15 @@ class TalosCluster(pulumi.ComponentResource):
                     wipe=zone.teardown_wipe,
                     # Its own Instance too: teardown resets the machine before the Instance goes,
                     # whatever else changed in the pool's dependencies in the same run.
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=[*after, instances[m]]),
-                )
-                for m in members[p.name]
-            ]
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[*after, *chain, instances[m]]),
+                ))
+            return made
 
-        cp_applies = applies(zone.control_plane, "controlplane", [cp_pool])
+        # Recorded Kubernetes version: its diff refuses, at preview, a skip or a downgrade before any
+        # node gets a config with the new version.
+        k8s_version = KubernetesVersion(f"{name}-kubernetes-version", zone=name, version=zone.kubernetes_version,
+                                        config_path=zone.path, opts=child)
+        cp_applies = applies(zone.control_plane, "controlplane", [cp_pool, k8s_version])
         bootstrap = Bootstrap(f"{name}-bootstrap", address=first_cp, talosconfig=talosconfig,
                               talos_port=zone.talos_port, timeout=float(t["bootstrap"]),
                               opts=pulumi.ResourceOptions(parent=self, depends_on=cp_applies))
@@ -136,11 +145,14 @@ class TalosCluster(pulumi.ComponentResource):
         for w in zone.workers:
             wp = pool(w, [health])
             self.worker_pools[w.name] = wp
-            worker_applies += applies(w, "worker", [wp, health])
+            worker_applies += applies(w, "worker", [wp, health, k8s_version])
         cert_manager_healthy = addons.install_cert_manager(self, kubeconfig.kubeconfig, after=[health])
+        apply_of = dict(zip([m for p in (zone.control_plane, *zone.workers) for m in members[p.name]],
+                            [*cp_applies, *worker_applies]))
+        os_versions = self._talos_rollout(zone, members, iname, address, cp_addresses, talosconfig, apply_of, health)
 
-        self.ready = pulumi.Output.all(cert_manager_healthy.healthyPods, *[a.configHash for a in worker_applies]).apply(
-            lambda _: True)
+        self.ready = pulumi.Output.all(cert_manager_healthy.healthyPods, *[a.configHash for a in worker_applies],
+                                       *os_versions).apply(lambda _: True)
         self.bootstrapped = bootstrap.bootstrapped
         self.talosconfig = talosconfig
         self.secrets_yaml = secrets.secretsYaml
@@ -151,6 +163,29 @@ class TalosCluster(pulumi.ComponentResource):
         self.addons_ready = [cilium_healthy, cert_manager_healthy]
         self.register_outputs({"endpoint": self.endpoint, "controlPlaneReady": self.control_plane_ready,
                                "ready": self.ready, "members": self.members})
+
+    def _talos_rollout(self, zone: Zone, members: dict, iname: dict, address, cp_addresses, talosconfig,
+                       applies: dict, health: pulumi.Resource) -> list[pulumi.Output[str]]:
+        """One TalosUpgrade per member, chained: control planes first, then each worker pool, so
+        Pulumi upgrades one node at a time and a failed node stops the rest (DESIGN §10)."""
+        order = [(zone.control_plane.name, m) for m in members[zone.control_plane.name]]
+        order += [(w.name, m) for w in zone.workers for m in members[w.name]]
+        t, up = zone.timeouts, zone.upgrade
+        previous: list[pulumi.Resource] = [health]
+        versions = []
+        for i, (pool_name, m) in enumerate(order, 1):
+            cp = pool_name == zone.control_plane.name
+            step = TalosUpgrade(
+                f"{iname[m]}-os", instance=iname[m], address=address(m), role="controlplane" if cp else "worker",
+                pool=pool_name, talos_version=zone.talos_version, installer_image=up.image(zone.talos_version),
+                control_planes=cp_addresses, talosconfig=talosconfig,
+                drain=up.drain_control_planes if cp else up.drain, allow_downgrade=up.allow_downgrade,
+                timeout=float(t["upgrade"]), health_timeout=float(t["health"]), config_path=zone.path,
+                step=f"{i}/{len(order)} ({pool_name})", talos_port=zone.talos_port,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[*previous, applies[m]]))
+            previous = [step]
+            versions.append(step.version)
+        return versions
 
     def on_cluster(self, depends_on=None) -> pulumi.ResourceOptions:
         return on_zone_cluster(self, self.provider, self.zone, depends_on)

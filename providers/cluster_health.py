@@ -43,7 +43,7 @@ def check_cluster_health(news: dict) -> Inputs:
 JOIN_PROBE = 5.0  # seconds to ask a listed worker whether it runs this cluster's config
 
 
-def joined_workers(props: dict) -> list[str]:
+def joined_workers(props: dict, control_planes: list[str] | None = None) -> list[str]:
     """The workers in the cluster now: those listed, and those the cluster still has a Node for
     (a machine on its way out: the engine deletes a leaving machine's resources after every
     update of this run), each only while it runs this cluster's config (it answers over mTLS
@@ -52,7 +52,7 @@ def joined_workers(props: dict) -> list[str]:
     from kontinuum.kube.clients import describe_error  # the provider process only: keeps the program light
     from kontinuum.kube.drain import internal_ips
 
-    cps = set(props["controlPlaneNodes"])
+    cps = set(props["controlPlaneNodes"] if control_planes is None else control_planes)
     candidates = list(props.get("workerNodes") or [])
     kubeconfig = cluster_kubeconfig(props, first=props["address"])
     if kubeconfig is not None:
@@ -70,11 +70,27 @@ def joined_workers(props: dict) -> list[str]:
     return joined
 
 
+def current_control_planes(props: dict) -> list[str]:
+    """The control planes listed, and those still etcd members: a control plane on its way out
+    (scale-down; the engine deletes its resources after every update of this run) is still one
+    for Talos's check until it has left."""
+    from kontinuum.lifecycle.etcd_health import member_address
+
+    cps = list(props["controlPlaneNodes"])
+    try:
+        client = node_client(props)
+        members = client.etcd_members(timeout=client.deadlines.etcd)
+    except TalosError:
+        return cps  # the check itself says what is wrong with etcd
+    return cps + sorted({member_address(m) for m in members} - set(cps))
+
+
 def run_health_check(props: dict) -> list[str]:
     """The nodes checked; raises ClusterNotHealthy with the node's last progress line."""
     address = props["address"]
     client = node_client(props)
-    cps, workers = list(props["controlPlaneNodes"]), joined_workers(props)
+    cps = current_control_planes(props)
+    workers = joined_workers(props, cps)
     bound = float(props["timeout"])
     seen = []  # progress lines; the client adds the last one to its errors
 

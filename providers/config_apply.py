@@ -22,6 +22,8 @@ import yaml
 from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider, UpdateResult
 
 from kontinuum.errors import KontinuumError
+from kontinuum.lifecycle import etcd_health
+from kontinuum.talos import talosconfig
 from kontinuum.talos.errors import FingerprintMismatchError, NotInMaintenanceError, TalosError, TlsTrustError
 from kontinuum.talos.transport import APID_PORT
 from kontinuum.talos.waits import WAIT_DEFAULTS, NotYet, WaitTimeout, wait_until
@@ -227,7 +229,27 @@ def converge(props: dict, *, prefer_mtls: bool) -> dict:
         remedy="Check that the machine is on and reachable on its Talos port, then run `pulumi up` again.",
     )
     _wait_answers(props, started, after_reboot=mode == "reboot")
+    if props.get("role") == "controlplane" and not prefer_mtls:
+        _wait_joined(props, started)
     return outputs(props)
+
+
+def _wait_joined(props: dict, started: float) -> None:
+    """A control plane joining a running cluster: wait (applyTimeout) until etcd is healthy with
+    it as a member, so the next one joins only then (the zone chains control-plane applies).
+    Before the cluster is bootstrapped there is no etcd to join: nothing to wait for."""
+    address = props["address"]
+    others = [e for e in talosconfig.parse(props["talosconfig"]).endpoints if e != address]
+    try:
+        found = etcd_health.members(lambda a: node_client(props, a), others, 10.0)
+    except NotYet:
+        info(f"{address}: no other control plane runs etcd yet; it joins at bootstrap")
+        return
+    expected = sorted({etcd_health.member_address(m) for m in found} | {address})
+    left = max(float(props["applyTimeout"]) - (time.monotonic() - started), 1.0)
+    etcd_health.wait_healthy(lambda a: node_client(props, a), expected, timeout=left,
+                             why=f"with control plane {address} joined")
+    info(f"{address}: joined etcd; members {expected} are healthy")
 
 
 def outputs(props: dict) -> dict:

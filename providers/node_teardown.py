@@ -14,6 +14,7 @@ import time
 from typing import Callable
 
 from kontinuum.errors import KontinuumError
+from kontinuum.lifecycle import etcd_health
 from kontinuum.talos.client import TalosClient
 from kontinuum.talos.errors import TalosError, TlsTrustError
 from kontinuum.talos.waits import NotYet, WaitTimeout, wait_until
@@ -75,10 +76,33 @@ def _etcd_membership(client: TalosClient) -> str:
     return "last" if len(client.etcd_members()) <= 1 else "member"
 
 
+QUORUM_GATE = 60.0  # seconds at most to see etcd healthy with every member before one leaves
+
+
+def _quorum_gate(props: dict, client: TalosClient) -> None:
+    """Leave only while etcd is healthy with every member: then the members that stay keep
+    quorum (control planes leave one at a time: the zone chains them). A node that does not
+    list members (not bootstrapped, or reset already) has nothing to guard."""
+    try:
+        found = client.etcd_members()
+    except TalosError:
+        return
+    addresses = sorted({etcd_health.member_address(m) for m in found})
+    if len(addresses) <= 1:
+        return
+    bound = min(QUORUM_GATE, float(props["resetTimeout"]))
+    try:
+        etcd_health.wait_healthy(lambda a: node_client(props, a), addresses, timeout=bound,
+                                 why=f"before control plane {props['address']} leaves")
+    except etcd_health.EtcdUnhealthyError as exc:
+        raise NodeNotResetError(f"ConfigApply {props['address']}: not leaving etcd: {exc}") from None
+
+
 def _leave_etcd(props: dict, client: TalosClient, started: float) -> bool:
     """Leave etcd; True when the node was a member of a live cluster. Fails closed: only
     "there is nothing to leave" lets the reset go ahead after a failure."""
     address = props["address"]
+    _quorum_gate(props, client)
     try:
         _teardown_step(props, "leave etcd", lambda left: client.etcd_leave(timeout=min(left, client.deadlines.etcd)), started)
         info(f"{address}: left the etcd cluster")

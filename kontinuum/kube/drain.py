@@ -21,6 +21,7 @@ from kontinuum.kube.clients import api_client, describe_error
 
 REQUEST_TIMEOUT = 10.0  # seconds per API call
 POLL = 1.0  # seconds between eviction rounds
+CORDONED_BY = "kontinuum.sh/cordoned-for"  # on a Node we cordoned: why (e.g. talos-upgrade)
 
 
 class DrainTimeout(KontinuumError):
@@ -58,9 +59,11 @@ def _pods_on(core: client.CoreV1Api, node: str) -> list[client.V1Pod]:
     return [p for p in pods.items if _movable(p)]
 
 
-def drain(kubeconfig: str, address: str, *, timeout: float, log: Callable[[str], None]) -> str | None:
+def drain(kubeconfig: str, address: str, *, timeout: float, log: Callable[[str], None],
+          reason: str | None = None) -> str | None:
     """Cordon and drain the Node of the machine at `address`; returns its name (None when the
-    cluster has no Node for it: nothing runs there)."""
+    cluster has no Node for it: nothing runs there). With `reason`, the Node is marked as
+    cordoned by us for it (CORDONED_BY), so uncordon() later undoes only our own cordon."""
     api = api_client(kubeconfig)
     try:
         core = client.CoreV1Api(api)
@@ -69,7 +72,10 @@ def drain(kubeconfig: str, address: str, *, timeout: float, log: Callable[[str],
             log(f"{address}: no Kubernetes Node has this address; nothing to drain")
             return None
         name = node.metadata.name
-        core.patch_node(name, {"spec": {"unschedulable": True}}, _request_timeout=REQUEST_TIMEOUT)
+        patch: dict = {"spec": {"unschedulable": True}}
+        if reason and not node.spec.unschedulable:  # someone else's cordon stays theirs
+            patch["metadata"] = {"annotations": {CORDONED_BY: reason}}
+        core.patch_node(name, patch, _request_timeout=REQUEST_TIMEOUT)
         deadline = time.monotonic() + timeout
         blocked: dict[str, str] = {}
         while pods := _pods_on(core, name):
@@ -94,6 +100,23 @@ def drain(kubeconfig: str, address: str, *, timeout: float, log: Callable[[str],
             time.sleep(min(POLL, max(0.0, deadline - time.monotonic())))
         log(f"{address}: Node {name} cordoned and drained")
         return name
+    finally:
+        api.close()
+
+
+def uncordon(kubeconfig: str, address: str, reason: str) -> str | None:
+    """Make the Node of the machine at `address` schedulable again if we cordoned it for
+    `reason` (a resumed run finds the mark); returns its name when it was uncordoned."""
+    api = api_client(kubeconfig)
+    try:
+        core = client.CoreV1Api(api)
+        node = node_for(core, address)
+        if node is None or (node.metadata.annotations or {}).get(CORDONED_BY) != reason:
+            return None
+        core.patch_node(node.metadata.name, {"spec": {"unschedulable": False},
+                                             "metadata": {"annotations": {CORDONED_BY: None}}},
+                        _request_timeout=REQUEST_TIMEOUT)
+        return node.metadata.name
     finally:
         api.close()
 

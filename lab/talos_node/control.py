@@ -1,8 +1,10 @@
 """A tiny HTTP control endpoint for an emulated node running in its own process.
 
 On http://<node address>:<control port>/ (loopback only, like the node):
-    GET  /state          mode, version, cluster, fingerprint, fault knobs, call counters (JSON)
-    POST /faults         JSON with any of latency, hang, refuse, reboot_delay, netboot and
+    GET  /state          mode, version, cluster, fingerprint, fault knobs, call counters, boot id,
+                         event log (JSON)
+    POST /faults         JSON with any of latency, hang, refuse, reboot_delay, netboot,
+                         install_delay, upgrade_fault ("", fail, rollback, hang) and
                          fail_next: {"count": N, "status": "UNAVAILABLE", "message": "..."}
     POST /calls/reset    zero the call counters
     POST /reboot         power-cycle;  POST /power-on  boot a node that a reset powered off
@@ -19,9 +21,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from grpclib.const import Status
 
 from lab.talos_node.node import EmulatedNode
+from lab.talos_node.upgrade import UPGRADE_FAULTS
 
 CONTROL_PORT = 50080
-_KNOBS = {"latency": float, "hang": bool, "refuse": bool, "reboot_delay": float, "netboot": bool}
+_KNOBS = {"latency": float, "hang": bool, "refuse": bool, "reboot_delay": float, "netboot": bool,
+          "install_delay": float, "upgrade_fault": str}
 
 
 def state(node: EmulatedNode) -> dict:
@@ -35,6 +39,10 @@ def state(node: EmulatedNode) -> dict:
         "fingerprint": node.fingerprint,
         "faults": faults,
         "calls": node.calls,
+        "boot_id": node.boot_id,
+        "etcd_members": sorted(m.address for m in node.registry.state(node.cluster_key).members.values())
+        if node.cluster_key else [],
+        "events": node.event_log(),
     }
 
 
@@ -43,6 +51,8 @@ def apply_faults(node: EmulatedNode, body: dict) -> None:
     if unknown:
         raise ValueError(f"unknown fault knobs: {', '.join(sorted(unknown))}")
     changes = {name: _KNOBS[name](value) for name, value in body.items() if name in _KNOBS}
+    if changes.get("upgrade_fault", "") not in UPGRADE_FAULTS:
+        raise ValueError(f"upgrade_fault must be one of {', '.join(map(repr, UPGRADE_FAULTS))}")
     if "fail_next" in body:
         spec = body["fail_next"]
         changes.update(

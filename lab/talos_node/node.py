@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import itertools
 import logging
 import threading
 import time
+import uuid
 import weakref
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -33,6 +35,7 @@ from lab.talos_node.machineconfig import AppliedConfig
 APID_PORT = 50000
 DEFAULT_TALOS_VERSION = "v1.13.0"
 _LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
+_EVENT_SEQ = itertools.count(1)  # orders events across the nodes of one process
 log = logging.getLogger(__name__)
 
 
@@ -61,6 +64,9 @@ class Faults:
     # Boots from the network when its disk holds no OS: after a whole-disk reset it comes back in
     # maintenance mode only then; otherwise it stays off the network, as real hardware would.
     netboot: bool = False
+    # OS upgrades (upgrade.py): seconds the installer runs, and "", "fail", "rollback" or "hang".
+    install_delay: float = 0.2
+    upgrade_fault: str = ""
 
 
 class _Server(Server):
@@ -95,6 +101,7 @@ class EmulatedNode:
         port: int = APID_PORT,
     ) -> None:
         from lab.talos_node.api import NodeApi  # the API needs the node; the node owns the API
+        from lab.talos_node.upgrade import UpgradeApi
 
         self.address = check_loopback(address)
         self.port = port
@@ -107,7 +114,11 @@ class EmulatedNode:
         self.etcd_snapshot: bytes | None = None  # /var/lib/etcd.snapshot, uploaded by EtcdRecover
         self.booted_at = Timestamp()
         self.boots = 0  # completed boots; lets a waiter tell a finished reboot from none yet
+        self.boot_id = str(uuid.uuid4())
+        self.upgrading = False  # an installer runs (LifecycleService.Upgrade)
+        self.events: list[dict] = []  # what happened to the machine, in order (record())
         self.api = NodeApi(self)
+        self.upgrades = UpgradeApi(self)
         self._loop = loop
         self._faults = Faults(reboot_delay=reboot_delay)
         self._lock = threading.Lock()
@@ -169,7 +180,7 @@ class EmulatedNode:
         self.set_faults(fail_next=count, fail_status=status, fail_message=message)
 
     def clear_faults(self) -> None:
-        self.set_faults(latency=0.0, hang=False, refuse=False, fail_next=0)
+        self.set_faults(latency=0.0, hang=False, refuse=False, fail_next=0, upgrade_fault="")
 
     @property
     def calls(self) -> dict[str, int]:
@@ -180,6 +191,17 @@ class EmulatedNode:
     def reset_calls(self) -> None:
         with self._lock:
             self._calls.clear()
+
+    def record(self, kind: str, **detail: str) -> None:
+        """Append to the event log: {seq, time, node, event, ...detail}; seq orders events
+        across all nodes of this process."""
+        with self._lock:
+            self.events.append({"seq": next(_EVENT_SEQ), "time": time.time(), "node": self.address,
+                                "event": kind, **detail})
+
+    def event_log(self) -> list[dict]:
+        with self._lock:
+            return [dict(e) for e in self.events]
 
     def reboot(self, timeout: float = 30.0) -> None:
         """Power-cycle the node and wait until it is back (a new maintenance identity, too)."""
@@ -287,6 +309,7 @@ class EmulatedNode:
         await asyncio.sleep(0)  # let the reply that asked for the reboot leave first
         async with self._power:
             self.mode = "rebooting"
+            self.record("reboot")
             await self._halt()
             if transition is not None:
                 transition()
@@ -294,7 +317,12 @@ class EmulatedNode:
                 self.adopt(self.staged)
                 self.staged = None
             if self.staged_version is not None:
-                self.talos_version, self.staged_version = self.staged_version, None
+                new, self.staged_version = self.staged_version, None
+                if self._faults.upgrade_fault == "rollback":  # the new version fails to boot: A/B fallback
+                    self.record("rolled-back", running=self.talos_version, failed=new)
+                else:
+                    self.record("upgraded", previous=self.talos_version, version=new)
+                    self.talos_version = new
             if power_off:
                 self.mode = "off"
                 return
@@ -303,6 +331,8 @@ class EmulatedNode:
 
     async def _boot(self) -> None:
         self.booted_at.GetCurrentTime()
+        self.boot_id = str(uuid.uuid4())
+        self.upgrades.pulled.clear()
         config = self.config
         if config is None:
             self._ssl, self._fingerprint = tls.maintenance_context(self.address)
@@ -320,6 +350,7 @@ class EmulatedNode:
                 self.registry.join(config.cluster_key, self)
         await self._sync_listening()
         self.boots += 1
+        self.record("booted", mode=self.mode, version=self.talos_version)
 
     async def _sync_listening(self) -> None:
         """Listen when the node is up and not refusing; otherwise stop and drop connections."""

@@ -28,7 +28,7 @@ from lab.talos_node import tls
 from lab.talos_node.api import Call
 from protos.gen.cluster import cluster_pb2
 from protos.gen.common import common_pb2
-from protos.gen.machine import machine_pb2
+from protos.gen.machine import image_pb2, lifecycle_pb2, machine_pb2
 from protos.gen.v1alpha1 import state_pb2
 
 if TYPE_CHECKING:
@@ -77,10 +77,20 @@ METHODS = [
     Method("machine.MachineService", "ServiceList", "service_list", empty_pb2.Empty, _M.ServiceListResponse, READ, NOT_IMPLEMENTED),
     Method("machine.MachineService", "Upgrade", "upgrade", _M.UpgradeRequest, _M.UpgradeResponse, ADMIN, ADMIN_ONLY),
     Method("machine.MachineService", "Version", "version", empty_pb2.Empty, _M.VersionResponse, READ, ADMIN_ONLY),
+    Method("machine.MachineService", "Read", "upgrades.read", _M.ReadRequest, common_pb2.Data, ADMIN, NOT_IMPLEMENTED, streaming=True),
+    Method("machine.MachineService", "Reboot", "upgrades.reboot", _M.RebootRequest, _M.RebootResponse, ADMIN | {"os:operator"}, NOT_IMPLEMENTED),
+    Method("machine.ImageService", "Pull", "upgrades.image_pull", image_pb2.ImageServicePullRequest, image_pb2.ImageServicePullResponse, ADMIN | {"os:operator"}, UNKNOWN_SERVICE, streaming=True),
+    Method("machine.LifecycleService", "Upgrade", "upgrades.lifecycle_upgrade", lifecycle_pb2.LifecycleServiceUpgradeRequest, lifecycle_pb2.LifecycleServiceUpgradeResponse, ADMIN, UNKNOWN_SERVICE, streaming=True),
     Method("cluster.ClusterService", "HealthCheck", "health_check", cluster_pb2.HealthCheckRequest, cluster_pb2.HealthCheckProgress, READ, UNKNOWN_SERVICE, streaming=True),
     Method("cosi.resource.State", "Get", "cosi_get", state_pb2.GetRequest, state_pb2.GetResponse, READ, SERVE),
     Method("cosi.resource.State", "List", "cosi_list", state_pb2.ListRequest, state_pb2.ListResponse, READ, SERVE, streaming=True),
 ]
+
+
+def _handler(node: EmulatedNode, method: Method) -> Any:
+    """The bound handler: a NodeApi method, or one of the node's upgrade API (`upgrades.x`)."""
+    owner, _, name = method.handler.rpartition(".")
+    return getattr(getattr(node, owner) if owner else node.api, name)
 
 
 def _peer_certificate(stream: Any) -> bytes | None:
@@ -170,17 +180,17 @@ async def unary(node: EmulatedNode, method: Method, request: Any, metadata: Any,
     call.roles = _roles(node, method, peer_der)
     targets, fan_out = _targets(node, method, metadata)
     if targets is None:
-        return await getattr(node.api, method.handler)(call, request)
+        return await _handler(node, method)(call, request)
     if not fan_out:
         target = _resolve(node, targets[0])
         await _admit_forwarded(target, node, method)
-        return await getattr(target.api, method.handler)(call, request)
+        return await _handler(target, method)(call, request)
     reply = method.reply()
     for name in targets:
         try:
             target = _resolve(node, name)
             await _admit_forwarded(target, node, method)
-            part = await getattr(target.api, method.handler)(call, request)
+            part = await _handler(target, method)(call, request)
         except GRPCError as error:
             part = _failed(method, name, error)
         for message in part.messages:
@@ -199,17 +209,20 @@ async def stream(
     if targets is None or not fan_out:
         target = node if targets is None else _resolve(node, targets[0])
         await _admit_forwarded(target, node, method)
-        async for message in getattr(target.api, method.handler)(call, request):
+        async for message in _handler(target, method)(call, request):
             yield message
         return
     for name in targets:
         try:
             target = _resolve(node, name)
             await _admit_forwarded(target, node, method)
-            async for message in getattr(target.api, method.handler)(call, request):
-                message.metadata.hostname = name
+            async for message in _handler(target, method)(call, request):
+                if "metadata" in message.DESCRIPTOR.fields_by_name:
+                    message.metadata.hostname = name
                 yield message
         except GRPCError as error:
+            if "metadata" not in method.reply.DESCRIPTOR.fields_by_name:
+                raise
             yield _failed(method, name, error)
 
 

@@ -2,7 +2,8 @@
 
 The program in ./talosclient does what talosctl does: an insecure maintenance-mode
 apply-config, then, with a talosconfig we generate, Version, Bootstrap, Kubeconfig,
-EtcdMemberList and Reset, and fails on the first reply that a real node would not give.
+EtcdMemberList, an OS upgrade as talosctl 1.13 makes it (boot id Read, ImageService.Pull,
+LifecycleService.Upgrade, Reboot, new boot id and version) and Reset, and fails on the first reply that a real node would not give.
 This keeps the emulator honest: our Python client passing against it proves little unless
 Talos's client accepts it too.
 """
@@ -58,5 +59,6 @@ def test_talos_go_client_accepts_the_emulator(tmp_path: Path) -> None:
         assert out.returncode == 0, f"Talos Go client failed against the emulator:\n{out.stdout}\n{out.stderr}"
         assert out.stdout.rstrip().endswith("OK"), out.stdout
         calls = node.calls
-    for method in ("ApplyConfiguration", "Version", "Bootstrap", "Kubeconfig", "EtcdMemberList", "Reset"):
+    for method in ("ApplyConfiguration", "Version", "Bootstrap", "Kubeconfig", "EtcdMemberList", "Read", "Pull",
+                   "Upgrade", "Reboot", "Reset"):
         assert calls.get(method), f"the Go client never reached {method}: {calls}"

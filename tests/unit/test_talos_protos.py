@@ -16,7 +16,7 @@ import pytest
 
 from protos.gen.cluster import cluster_grpc, cluster_pb2
 from protos.gen.common import common_pb2
-from protos.gen.machine import machine_grpc, machine_pb2
+from protos.gen.machine import image_grpc, image_pb2, lifecycle_grpc, lifecycle_pb2, machine_grpc, machine_pb2
 from protos.gen.v1alpha1 import meta_pb2, resource_pb2, state_grpc, state_pb2
 
 PROTOS = Path(__file__).resolve().parents[2] / "protos"
@@ -59,6 +59,18 @@ def _number(message, field: str) -> int:
         (machine_pb2.Reset, "actor_id", 2),
         (machine_pb2.UpgradeRequest, "reboot_mode", 5),
         (machine_pb2.Upgrade, "actor_id", 3),
+        (machine_pb2.ReadRequest, "path", 1),
+        (machine_pb2.RebootRequest, "mode", 1),
+        (machine_pb2.Reboot, "actor_id", 2),
+        (common_pb2.ContainerdInstance, "namespace", 2),
+        (lifecycle_pb2.LifecycleServiceUpgradeRequest, "containerd", 1),
+        (lifecycle_pb2.LifecycleServiceUpgradeRequest, "source", 2),
+        (lifecycle_pb2.InstallArtifactsSource, "image_name", 1),
+        (lifecycle_pb2.LifecycleServiceUpgradeResponse, "progress", 1),
+        (lifecycle_pb2.LifecycleServiceInstallProgress, "message", 1),
+        (lifecycle_pb2.LifecycleServiceInstallProgress, "exit_code", 2),
+        (image_pb2.ImageServicePullRequest, "image_ref", 3),
+        (image_pb2.ImageServicePullResponse, "name", 1),
         (machine_pb2.EtcdMember, "id", 2),
         (machine_pb2.EtcdMember, "is_learner", 6),
         (machine_pb2.EtcdMembers, "members", 3),
@@ -92,6 +104,11 @@ def test_enums_and_paths_are_talos() -> None:
     assert machine.EtcdRemoveMemberByID.name == "/machine.MachineService/EtcdRemoveMemberByID"
     assert cluster_grpc.ClusterServiceStub(None).HealthCheck.name == "/cluster.ClusterService/HealthCheck"  # type: ignore[arg-type]
     assert state_grpc.StateStub(None).List.name == "/cosi.resource.State/List"  # type: ignore[arg-type]
+    assert lifecycle_grpc.LifecycleServiceStub(None).Upgrade.name == "/machine.LifecycleService/Upgrade"  # type: ignore[arg-type]
+    assert image_grpc.ImageServiceStub(None).Pull.name == "/machine.ImageService/Pull"  # type: ignore[arg-type]
+    assert [common_pb2.ContainerdNamespace.Value(n) for n in ("NS_UNKNOWN", "NS_SYSTEM", "NS_CRI")] == [0, 1, 2]
+    reboot = machine_pb2.RebootRequest.Mode
+    assert [reboot.Value(n) for n in ("DEFAULT", "POWERCYCLE", "FORCE")] == [0, 1, 2]
     # Empty must encode to zero bytes, as google.protobuf.Empty does on the wire.
     assert machine_pb2.EtcdLeaveClusterRequest().SerializeToString() == b""
 
@@ -99,7 +116,8 @@ def test_enums_and_paths_are_talos() -> None:
 def test_emulator_serves_exactly_the_generated_methods() -> None:
     from lab.talos_node.rpc import METHODS
 
-    stubs = [machine_grpc.MachineServiceStub, cluster_grpc.ClusterServiceStub, state_grpc.StateStub]
+    stubs = [machine_grpc.MachineServiceStub, cluster_grpc.ClusterServiceStub, state_grpc.StateStub,
+             lifecycle_grpc.LifecycleServiceStub, image_grpc.ImageServiceStub]
     generated = {
         method.name
         for stub in stubs

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
@@ -256,6 +258,10 @@ func run(endpoint, configPath, talosconfigPath string, waitFor time.Duration) er
 		return err
 	}
 
+	if err = upgrade(c, endpoint, waitFor); err != nil {
+		return err
+	}
+
 	if err = step("reset", func(ctx context.Context) error {
 		return c.Reset(client.WithNodes(ctx, endpoint), false, true)
 	}); err != nil {
@@ -272,6 +278,133 @@ func run(endpoint, configPath, talosconfigPath string, waitFor time.Duration) er
 		_, err = again.Version(ctx)
 		if status.Code(err) != codes.Unimplemented {
 			return fmt.Errorf("want Unimplemented from maintenance mode, got %v", err)
+		}
+
+		return nil
+	})
+}
+
+// upgrade does what talosctl 1.13 upgrade does by default: pull the installer into the
+// system namespace, LifecycleService.Upgrade (a stream ending in exit code 0), Reboot, then
+// wait for a new boot id; and checks the node reports the installer's version afterwards.
+func upgrade(c *client.Client, endpoint string, waitFor time.Duration) error {
+	const image = "ghcr.io/siderolabs/installer:v1.13.1"
+
+	containerd := &common.ContainerdInstance{Driver: common.ContainerDriver_CONTAINERD, Namespace: common.ContainerdNamespace_NS_SYSTEM}
+
+	var bootID string
+
+	readBootID := func(ctx context.Context) (string, error) {
+		r, err := c.Read(client.WithNode(ctx, endpoint), "/proc/sys/kernel/random/boot_id")
+		if err != nil {
+			return "", err
+		}
+		defer r.Close() //nolint:errcheck
+
+		data, err := io.ReadAll(r)
+
+		return strings.TrimSpace(string(data)), err
+	}
+
+	if err := step("read boot id", func(ctx context.Context) error {
+		var err error
+		bootID, err = readBootID(ctx)
+		if err == nil && bootID == "" {
+			err = errors.New("empty boot id")
+		}
+
+		return err
+	}); err != nil {
+		return err
+	}
+
+	if err := step("image pull (installer)", func(ctx context.Context) error {
+		stream, err := c.ImageClient.Pull(client.WithNode(ctx, endpoint), &machine.ImageServicePullRequest{Containerd: containerd, ImageRef: image})
+		if err != nil {
+			return err
+		}
+
+		for {
+			msg, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+
+			if err != nil {
+				return err
+			}
+
+			fmt.Printf("   pulled %s\n", msg.GetName())
+		}
+	}); err != nil {
+		return err
+	}
+
+	if err := step("lifecycle upgrade", func(ctx context.Context) error {
+		stream, err := c.LifecycleClient.Upgrade(client.WithNode(ctx, endpoint), &machine.LifecycleServiceUpgradeRequest{
+			Containerd: containerd,
+			Source:     &machine.InstallArtifactsSource{ImageName: image},
+		})
+		if err != nil {
+			return err
+		}
+
+		for {
+			msg, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				return errors.New("stream ended without an exit code")
+			}
+
+			if err != nil {
+				return err
+			}
+
+			fmt.Printf("   %s\n", msg.GetProgress().Fmt())
+
+			if exit, ok := msg.GetProgress().GetResponse().(*machine.LifecycleServiceInstallProgress_ExitCode); ok {
+				if exit.ExitCode != 0 {
+					return fmt.Errorf("exit code %d", exit.ExitCode)
+				}
+
+				return nil
+			}
+		}
+	}); err != nil {
+		return err
+	}
+
+	if err := step("reboot", func(ctx context.Context) error {
+		resp, err := c.RebootWithResponse(client.WithNodes(ctx, endpoint))
+		if err != nil {
+			return err
+		}
+
+		if len(resp.Messages) != 1 || resp.Messages[0].ActorId == "" {
+			return fmt.Errorf("unexpected reply %v", resp)
+		}
+
+		return nil
+	}); err != nil {
+		return err
+	}
+
+	return poll("back on v1.13.1 with a new boot id", waitFor, func(ctx context.Context) error {
+		now, err := readBootID(ctx)
+		if err != nil {
+			return err
+		}
+
+		if now == bootID {
+			return errors.New("boot id unchanged")
+		}
+
+		resp, err := c.Version(client.WithNodes(ctx, endpoint))
+		if err != nil {
+			return err
+		}
+
+		if tag := resp.Messages[0].Version.GetTag(); tag != "v1.13.1" {
+			return fmt.Errorf("version %s, want v1.13.1", tag)
 		}
 
 		return nil

@@ -1,0 +1,265 @@
+"""Day 2 through the real engine (issue 17): control-plane scaling and rolling Talos upgrades of
+one live zone, by editing the stack config and running `pulumi up`.
+
+One lab for the module (nodes 127.0.41.11+, hub 127.0.0.41) and one zone that lives through
+the whole module, in order: 1 control plane + 2 workers → 3 control planes (API polled
+throughout) → Talos v1.13.1 (strict one-at-a-time order, control planes first, second up a
+no-op) → preview shows the plan and refuses a downgrade → v1.13.2 with an A/B rollback on the
+second node (stops there, the next up finishes) → v1.13.3 killed mid-rollout (the re-run
+upgrades no node twice) → back to 1 control plane (API polled throughout). The emulator's
+event log (every node's upgrade call, reboot and boot, globally ordered) is the proof.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+from kubernetes import client
+
+from kontinuum.kube.clients import api_client
+from lab.pulumi_cli import ROOT, kill_strays
+from lab.talos_node import control
+from tests.e2e.cluster_lab import TIMEOUTS, new_stack, output, ready, up_in_background, write_config
+from tests.e2e.labs import running_lab
+
+FIRST, HUB = "127.0.41.11", "127.0.0.41"
+CPS = ["127.0.41.11", "127.0.41.12", "127.0.41.13"]
+WORKERS = ["127.0.41.14", "127.0.41.15"]
+ORDER = CPS + WORKERS
+ENDPOINT = f"https://{CPS[0]}:6443"
+
+
+@pytest.fixture(scope="module")
+def lab(tools_bin, tmp_path_factory):
+    with running_lab(tmp_path_factory.mktemp("lab"), nodes=len(ORDER), first_address=FIRST, hub_address=HUB) as state:
+        yield state
+
+
+def zone(replicas: int, talos: str = "v1.13.0", **extra) -> dict:
+    machines = [{"address": a, "pool": "controlplane"} for a in CPS] + [{"address": a, "pool": "web"} for a in WORKERS]
+    return {"zone": "d2", "talosAddresses": machines, "controlPlane": {"replicas": replicas, "endpoint": ENDPOINT},
+            "workers": [{"name": "web", "replicas": len(WORKERS)}], "talosVersion": talos,
+            "timeouts": {**TIMEOUTS, "upgrade": 60}, **extra}
+
+
+@pytest.fixture(scope="module")
+def d2(lab, tmp_path_factory):
+    stack = new_stack(tmp_path_factory.mktemp("d2"), lab, zone(1))
+    return stack, lab
+
+
+def configure(d2, z: dict) -> None:
+    write_config(d2[0], d2[1], z)
+
+
+def log_of(addresses=ORDER) -> list[dict]:
+    """Every node's event log, in global order."""
+    return sorted((e for a in addresses for e in control.read_state(a)["events"]), key=lambda e: e["seq"])
+
+
+def calls(addresses=ORDER) -> dict[str, dict[str, int]]:
+    return {a: dict(control.read_state(a)["calls"]) for a in addresses}
+
+
+def since(before: dict, after: dict, method: str) -> dict[str, int]:
+    return {a: after[a].get(method, 0) - before[a].get(method, 0) for a in after}
+
+
+def versions() -> dict[str, str]:
+    return {a: control.read_state(a)["talos_version"] for a in ORDER}
+
+
+class ApiPoller:
+    """Polls the zone's API server (GET /version) every 0.2 s from a thread; counts failures."""
+
+    def __init__(self, kubeconfig: str):
+        self.api = api_client(kubeconfig)
+        self.ok = self.failed = 0
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.wait(0.2):
+            try:
+                client.VersionApi(self.api).get_code(_request_timeout=2)
+                self.ok += 1
+            except Exception as e:  # noqa: BLE001 - counted and reported
+                self.failed += 1
+                self.errors.append(str(e)[:200])
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(5)
+        self.api.close()
+
+
+def kubeconfig(stack) -> str:
+    return stack.outputs(show_secrets=True)["kubeconfigs"]["d2"]
+
+
+def etcd_members(stack) -> list[str]:
+    """The zone's etcd members as the lab's etcd (the emulator's cluster registry) has them."""
+    return control.read_state(CPS[0])["etcd_members"]
+
+
+# --- scaling up ----------------------------------------------------------------------------------
+
+
+def test_zone_with_one_control_plane_comes_up(d2):
+    stack, _ = d2
+    stack.up()
+    assert ready(stack, "d2")
+    assert all(control.read_state(a)["mode"] == "configured" for a in [CPS[0], *WORKERS])
+    assert control.read_state(CPS[1])["mode"] == "maintenance"
+
+
+def test_scale_up_to_three_joins_one_at_a_time_api_answering(d2):
+    stack, _ = d2
+    if not ready(stack, "d2"):
+        pytest.skip("the zone did not come up")
+    configure(d2, zone(3))
+    before = calls()
+    with ApiPoller(kubeconfig(stack)) as poll:
+        stack.up()
+    assert poll.failed == 0 and poll.ok > 10, poll.errors[:3]
+    assert ready(stack, "d2") and etcd_members(stack) == sorted(CPS)
+    boots = [(e["node"], e["event"]) for e in log_of(CPS[1:]) if e["event"] == "booted" and e["mode"] == "configured"]
+    assert [n for n, _ in boots] == CPS[1:], boots  # the second joined (and was healthy) before the third began
+    after = calls()
+    assert all(since(before, after, m)[w] == 0 for w in WORKERS for m in ("Reset", "Upgrade")), after
+
+
+# --- the Talos upgrade -----------------------------------------------------------------------------
+
+
+def upgrades(events: list[dict]) -> list[tuple[str, str]]:
+    return [(e["node"], e["event"]) for e in events if e["event"] in ("upgrade", "upgraded", "rolled-back")]
+
+
+def assert_one_at_a_time(events: list[dict]) -> None:
+    """No node goes down for its upgrade reboot before the previous one is back up."""
+    down = None
+    for e in events:
+        if e["event"] == "reboot":
+            assert down is None, f"{e['node']} rebooted while {down} was down"
+            down = e["node"]
+        elif e["event"] == "booted" and e["node"] == down:
+            down = None
+
+
+def test_talos_upgrade_rolls_one_node_at_a_time_control_planes_first(d2):
+    stack, _ = d2
+    if not ready(stack, "d2"):
+        pytest.skip("the zone did not come up")
+    configure(d2, zone(3, "v1.13.1"))
+    start = log_of()[-1]["seq"]
+    t0 = time.monotonic()
+    stack.up()
+    elapsed = time.monotonic() - t0
+    events = [e for e in log_of() if e["seq"] > start]
+    assert upgrades(events) == [(a, k) for a in ORDER for k in ("upgrade", "upgraded")]
+    assert_one_at_a_time(events)
+    assert versions() == {a: "v1.13.1" for a in ORDER}
+    print(f"rollout of {len(ORDER)} nodes: {elapsed:.1f} s")
+    before = calls()
+    stack.up("--expect-no-changes")
+    assert all(v == 0 for v in since(before, calls(), "Upgrade").values())
+
+
+def test_preview_shows_the_plan_and_refuses_a_downgrade(d2):
+    stack, _ = d2
+    if versions() != {a: "v1.13.1" for a in ORDER}:
+        pytest.skip("the first rollout did not finish")
+    before = calls()
+    configure(d2, zone(3, "v1.13.2"))
+    shown = output(stack.preview("--diff"))
+    for i, a in enumerate(ORDER, 1):
+        assert f"step {i}/5" in shown and f"({a}) v1.13.1 → v1.13.2" in shown, shown[-3000:]
+    configure(d2, zone(3, "v1.13.0"))
+    refused = stack.run("preview", check=False)
+    text = output(refused)
+    assert refused.returncode != 0 and "zones[0].talosVersion:" in text and "allowDowngrade" in text, text[-3000:]
+    assert all(v == 0 for v in since(before, calls(), "Upgrade").values())
+    assert all(v == 0 for v in since(before, calls(), "ApplyConfiguration").values())
+
+
+def test_ab_rollback_stops_the_rollout_there_and_the_next_up_finishes(d2):
+    stack, _ = d2
+    if versions() != {a: "v1.13.1" for a in ORDER}:
+        pytest.skip("the first rollout did not finish")
+    configure(d2, zone(3, "v1.13.2"))
+    control.set_faults(CPS[1], upgrade_fault="rollback")
+    start = log_of()[-1]["seq"]
+    try:
+        failed = stack.run("up", "--yes", "--skip-preview", check=False)
+    finally:
+        control.set_faults(CPS[1], upgrade_fault="")
+    text = output(failed)
+    assert failed.returncode != 0
+    assert f"({CPS[1]}) came back on Talos v1.13.1 instead of v1.13.2" in text and "A/B rollback" in text, text[-3000:]
+    events = [e for e in log_of() if e["seq"] > start]
+    assert upgrades(events) == [(CPS[0], "upgrade"), (CPS[0], "upgraded"), (CPS[1], "upgrade"), (CPS[1], "rolled-back")]
+    start = events[-1]["seq"]
+    stack.up()
+    events = [e for e in log_of() if e["seq"] > start]
+    assert upgrades(events) == [(a, k) for a in ORDER[1:] for k in ("upgrade", "upgraded")]
+    assert versions() == {a: "v1.13.2" for a in ORDER}
+
+
+def test_killed_mid_rollout_converges_without_upgrading_a_node_twice(d2):
+    stack, _ = d2
+    if versions() != {a: "v1.13.2" for a in ORDER}:
+        pytest.skip("the earlier rollouts did not finish")
+    configure(d2, zone(3, "v1.13.3"))
+    for a in ORDER:
+        control.set_faults(a, reboot_delay=3.0)  # a window to land the kill in
+    start = log_of()[-1]["seq"]
+    log = stack.state_dir.parent / "kill-events.jsonl"
+    proc = up_in_background(stack, log)
+    try:
+        deadline = time.monotonic() + 180
+        while not any(e["event"] == "reboot" and e["node"] == CPS[1] and e["seq"] > start for e in log_of([CPS[1]])):
+            assert proc.poll() is None, proc.stdout.read()[-3000:]
+            assert time.monotonic() < deadline, "the second control plane never rebooted"
+            time.sleep(0.1)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        kill_strays(ROOT)
+        for a in ORDER:
+            control.set_faults(a, reboot_delay=1.0)
+    stack.up()
+    events = [e for e in log_of() if e["seq"] > start]
+    assert upgrades(events) == [(a, k) for a in ORDER for k in ("upgrade", "upgraded")]
+    assert versions() == {a: "v1.13.3" for a in ORDER}
+    stack.preview("--expect-no-changes")
+
+
+# --- scaling down ----------------------------------------------------------------------------------
+
+
+def test_scale_down_to_one_leaves_etcd_one_at_a_time_api_answering(d2):
+    stack, _ = d2
+    if not ready(stack, "d2") or etcd_members(stack) != sorted(CPS):
+        pytest.skip("the zone is not at three control planes")
+    configure(d2, zone(1, "v1.13.3"))
+    start = log_of()[-1]["seq"]
+    before = calls()
+    with ApiPoller(kubeconfig(stack)) as poll:
+        stack.up()
+    assert poll.failed == 0 and poll.ok > 10, poll.errors[:3]
+    assert etcd_members(stack) == [CPS[0]] and ready(stack, "d2")
+    assert [control.read_state(a)["mode"] for a in CPS[1:]] == ["maintenance", "maintenance"]
+    resets = [e["node"] for e in log_of(CPS[1:]) if e["event"] == "reboot" and e["seq"] > start]
+    assert resets == [CPS[2], CPS[1]], resets  # the last listed leaves first, one at a time
+    after = calls()
+    assert all(since(before, after, m)[w] == 0 for w in WORKERS for m in ("Reset", "Upgrade"))
