@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import pulumi
 from grpclib.const import Status
-from pulumi.dynamic import CreateResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import CreateResult, ResourceProvider, UpdateResult
 
 from kontinuum.talos.errors import AlreadyBootstrappedError, TalosError
 from kontinuum.talos.transport import APID_PORT
 from kontinuum.talos.waits import WAIT_DEFAULTS, NotYet, wait_until
-from providers.common import diff_inputs, with_secret_outputs
+from providers.common import TypedResource, diff_inputs, with_secret_outputs
 from providers.talos_common import TRANSIENT, Inputs, info, node_client
 
 UPDATE_ON = ("address", "talosPort", "talosconfig", "timeout")
@@ -79,7 +79,7 @@ class BootstrapProvider(ResourceProvider):
         pass
 
 
-class Bootstrap(Resource):
+class Bootstrap(TypedResource, module="talos", name="Bootstrap"):
     """Outputs: bootstrapped (true). The resource id is the node Bootstrap ran on; `address`
     follows the input."""
 

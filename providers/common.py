@@ -7,7 +7,21 @@ into the state, so credentials travel only as secret inputs and come back as sec
 from __future__ import annotations
 
 import pulumi
-from pulumi.dynamic import DiffResult
+from pulumi.dynamic import DiffResult, Resource, ResourceProvider
+
+# What every dynamic resource was called before each got its own type: stacks made then keep
+# their resources through this alias (no replace, no new machine step).
+LEGACY_TYPE = "pulumi-python:dynamic:Resource"
+
+
+class TypedResource(Resource):
+    """A dynamic resource with a readable type (`pulumi-python:dynamic/<module>:<Name>`, given as
+    `class X(TypedResource, module=…, name=…)`), aliased to the type it had before."""
+
+    def __init__(self, provider: ResourceProvider, name: str, props: dict,
+                 opts: pulumi.ResourceOptions | None = None) -> None:
+        legacy = pulumi.ResourceOptions(aliases=[pulumi.Alias(type_=LEGACY_TYPE)])
+        super().__init__(provider, name, props, pulumi.ResourceOptions.merge(opts, legacy))
 
 
 def diff_inputs(olds: dict, news: dict, *, replace_on=(), update_on=()) -> DiffResult:

@@ -19,13 +19,13 @@ import time
 
 import pulumi
 import yaml
-from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
 
 from kontinuum.errors import KontinuumError
 from kontinuum.talos.errors import FingerprintMismatchError, NotInMaintenanceError, TalosError, TlsTrustError
 from kontinuum.talos.transport import APID_PORT
 from kontinuum.talos.waits import WAIT_DEFAULTS, NotYet, WaitTimeout, wait_until
-from providers.common import diff_inputs, with_secret_outputs
+from providers.common import TypedResource, diff_inputs, with_secret_outputs
 from providers.node_teardown import WIPES, teardown
 from providers.talos_common import (TRANSIENT, Inputs, config_hash, info, known, machine_inventory,
                                      maintenance_client, node_client, warn)
@@ -256,7 +256,7 @@ class ConfigApplyProvider(ResourceProvider):
         teardown(props)
 
 
-class ConfigApply(Resource):
+class ConfigApply(TypedResource, module="talos", name="ConfigApply"):
     """A machine config applied to one machine (its Instance). Outputs: instance, address, role,
     configHash (sha256 of the config; the config itself is never an output), talosconfig and
     hubKubeconfig (secrets, for teardown)."""

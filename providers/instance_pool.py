@@ -11,9 +11,9 @@ releases. check/diff are pure. A changed selector or pool name replaces the pool
 from __future__ import annotations
 
 import pulumi
-from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, ResourceProvider, UpdateResult
 
-from providers.common import diff_inputs, with_secret_outputs
+from providers.common import TypedResource, diff_inputs, with_secret_outputs
 
 REPLACE_ON = ("pool", "selector")
 UPDATE_ON = ("replicas", "machines", "waitSeconds", "hubKubeconfig")
@@ -86,7 +86,7 @@ class InstancePoolProvider(ResourceProvider):
         _inventory(props["hubKubeconfig"]).release(id_)
 
 
-class InstancePool(Resource):
+class InstancePool(TypedResource, module="hub", name="InstancePool"):
     """Outputs: members [{name, address, discovered}], readyReplicas, released."""
 
     members: pulumi.Output[list]

@@ -15,13 +15,13 @@ import re
 
 import pulumi
 import yaml
-from pulumi.dynamic import CreateResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import CreateResult, ResourceProvider, UpdateResult
 
 from kontinuum.errors import KontinuumError
 from kontinuum.talos.errors import PermissionDeniedError, TalosError, WrongModeError
 from kontinuum.talos.transport import APID_PORT
 from kontinuum.talos.waits import WAIT_DEFAULTS, NotYet, WaitTimeout, wait_until
-from providers.common import diff_inputs, with_secret_outputs
+from providers.common import TypedResource, diff_inputs, with_secret_outputs
 from providers.talos_common import Inputs, info, node_client
 
 FETCH_ON = ("address", "talosPort")  # which node to ask; a re-rendered talosconfig is no reason
@@ -148,7 +148,7 @@ class KubeconfigProvider(ResourceProvider):
         return UpdateResult(outs={**outs, **fetch(news)})
 
 
-class Kubeconfig(Resource):
+class Kubeconfig(TypedResource, module="talos", name="Kubeconfig"):
     """Outputs: kubeconfig (secret, admin), endpoint (the apiserver URL in it, not secret),
     kubernetesVersion (what GET /version answered)."""
 

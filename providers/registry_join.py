@@ -11,9 +11,9 @@ own registration, not ours.
 from __future__ import annotations
 
 import pulumi
-from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, ResourceProvider, UpdateResult
 
-from providers.common import diff_inputs, with_secret_outputs
+from providers.common import TypedResource, diff_inputs, with_secret_outputs
 
 UPDATE_ON = ("region", "zone", "trigger", "maxHeartbeatAge", "hubKubeconfig", "zoneKubeconfig")
 SECRET_INPUTS = ("hubKubeconfig", "zoneKubeconfig")
@@ -58,7 +58,7 @@ class RegistryJoinProvider(ResourceProvider):
         return UpdateResult(outs=self._wait(news, after_rollout=True))
 
 
-class RegistryJoin(Resource):
+class RegistryJoin(TypedResource, module="hub", name="RegistryJoin"):
     """Outputs: joined (true), heartbeat (RFC 3339, the one observed at join), kontinuum (its name), endpoint."""
 
     joined: pulumi.Output[bool]

@@ -10,12 +10,12 @@ diff never replaces. No I/O anywhere: nothing here talks to a node.
 from __future__ import annotations
 
 import pulumi
-from pulumi.dynamic import CreateResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import CreateResult, ResourceProvider, UpdateResult
 
 from kontinuum.errors import ConfigError
 from kontinuum.talos import secrets, talosconfig
 from kontinuum.talos.pki import CertKey
-from providers.common import diff_inputs, with_secret_outputs
+from providers.common import TypedResource, diff_inputs, with_secret_outputs
 from providers.talos_common import Inputs, known
 
 UPDATE_ON = ("clusterName", "endpoints")
@@ -91,7 +91,7 @@ class TalosSecretsProvider(ResourceProvider):
         return UpdateResult(outs=outs)
 
 
-class TalosSecrets(Resource):
+class TalosSecrets(TypedResource, module="talos", name="TalosSecrets"):
     """Outputs (all secret): secretsYaml (talosctl format), talosconfig (context =
     cluster_name, endpoints = endpoints, os:admin certificate issued once)."""
 

@@ -130,7 +130,7 @@ def events(path: Path) -> list[dict]:
 def member(zone_name: str, address: str) -> str:
     """URN suffix of a machine's ConfigApply: a TalosCluster child named after its Instance (the
     Instance itself, a child of the Zone, has the same name)."""
-    return f"TalosCluster$pulumi-python:dynamic:Resource::{instance_name(REGION, zone_name, address)}"
+    return f"TalosCluster$pulumi-python:dynamic/talos:ConfigApply::{instance_name(REGION, zone_name, address)}"
 
 
 def seq(evs: list[dict], kind: str, urn_suffix: str) -> int:
