@@ -33,7 +33,7 @@ from providers.talos_common import (TRANSIENT, Inputs, config_hash, info, known,
 ROLES = ("controlplane", "worker")
 REPLACE_ON = ("instance", "role")
 UPDATE_ON = ("address", "pool", "talosPort", "talosconfig", "hubKubeconfig", "applyTimeout", "resetTimeout",
-             "resetOnDelete", "leaveEtcdOnDelete", "skipUnreachable", "wipe", "drain")
+             "resetOnDelete", "leaveEtcdOnDelete", "skipUnreachable", "wipe", "drain", "configView")
 SECRET_OUTPUTS = ("config", "talosconfig", "hubKubeconfig")
 
 
@@ -258,8 +258,9 @@ class ConfigApplyProvider(ResourceProvider):
 
 class ConfigApply(TypedResource, module="talos", name="ConfigApply"):
     """A machine config applied to one machine (its Instance). Outputs: instance, address, role,
-    configHash (sha256 of the config; the config itself is never an output), talosconfig and
-    hubKubeconfig (secrets, for teardown)."""
+    configHash (sha256 of the config; the config itself is never an output), configView (the
+    config as path → value with every secret masked, kontinuum/talos/config_view.py: what a
+    preview shows of a config change), talosconfig and hubKubeconfig (secrets, for teardown)."""
 
     address: pulumi.Output[str]
     configHash: pulumi.Output[str]
@@ -272,6 +273,7 @@ class ConfigApply(TypedResource, module="talos", name="ConfigApply"):
         config: pulumi.Input[str],
         talosconfig: pulumi.Input[str],
         role: pulumi.Input[str],
+        config_view: pulumi.Input[dict] | None = None,
         instance: str | None = None,
         pool: str | None = None,
         hub_kubeconfig: pulumi.Input[str] | None = None,
@@ -294,6 +296,7 @@ class ConfigApply(TypedResource, module="talos", name="ConfigApply"):
             "drain": drain,  # cordon and drain its Node before a reset
             "talosPort": talos_port,
             "config": pulumi.Output.secret(config),
+            "configView": config_view,  # redacted: not a secret, so a preview can show it
             "talosconfig": pulumi.Output.secret(talosconfig),
             "role": role,
             "applyTimeout": apply_timeout,
