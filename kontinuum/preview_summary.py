@@ -17,6 +17,7 @@ INSTANCE = "pulumi-python:dynamic/hub:Instance"
 KUBECONFIG = "pulumi-python:dynamic/talos:Kubeconfig"
 CERTIFICATE = "kubernetes:cert-manager.io/v1:Certificate"
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
+DRIFT = "drift: "  # how ConfigApply's read marks a node found without its config (providers/config_apply.py)
 VIEW = "configView"  # ConfigApply's redacted machine config (path → value), kontinuum/talos/config_view.py
 CHANGES = ("create", "update", "delete", "replace", "create-replacement", "delete-replaced", "import", "read")
 RESETS = ("delete", "replace", "delete-replaced")
@@ -145,6 +146,9 @@ def summarize(stack: str, plan: dict, *, region: str | None, zones: list[str]) -
             elif op == "create":
                 node.why = "joins the zone"
                 s.nodes_joining.append(node)
+            elif op == "update" and str(old.get("configHash") or "").startswith(DRIFT):
+                node.why = str(old["configHash"]) + "; its config is applied again"
+                s.configs_changed.append(node)
             elif op == "update":
                 if isinstance(old.get(VIEW), dict) and isinstance(new.get(VIEW), dict):
                     node.paths = view_diff(old.get(VIEW), new.get(VIEW))

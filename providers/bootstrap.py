@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import pulumi
 from grpclib.const import Status
-from pulumi.dynamic import CreateResult, ResourceProvider, UpdateResult
+from pulumi.dynamic import CreateResult, ReadResult, ResourceProvider, UpdateResult
 
 from kontinuum.talos.errors import AlreadyBootstrappedError, TalosError
 from kontinuum.talos.transport import APID_PORT
 from kontinuum.talos.waits import WAIT_DEFAULTS, NotYet, wait_until
 from providers.common import TypedResource, diff_inputs, with_secret_outputs
-from providers.talos_common import TRANSIENT, Inputs, info, node_client
+from providers.talos_common import TRANSIENT, Inputs, info, node_client, warn
+
+READ_TIMEOUT = 10.0  # seconds to read etcd membership on refresh
 
 UPDATE_ON = ("address", "talosPort", "talosconfig", "timeout")
 
@@ -74,6 +76,22 @@ class BootstrapProvider(ResourceProvider):
     def update(self, _id, olds, news):
         outs = {k: news.get(k) for k in UPDATE_ON}
         return UpdateResult(outs={**outs, "bootstrapped": olds.get("bootstrapped", True)})
+
+    def read(self, id_, props):
+        """Refresh: etcd membership as the node sees it (etcdMembers, the members' hostnames).
+        Never bootstraps again (a second Bootstrap could split etcd): a cluster that lost etcd
+        is reported for an operator (restore from a snapshot)."""
+        address = props.get("address")
+        try:
+            members = node_client(props).etcd_members(timeout=READ_TIMEOUT)
+        except TalosError as exc:
+            warn(f"Bootstrap {address}: etcd membership not read ({exc.problem}); kept as recorded")
+            return ReadResult(id_=id_, outs=props)
+        names = sorted(m.hostname or str(m.id) for m in members)
+        if not names:
+            warn(f"Bootstrap {address}: drift: etcd has no members; the cluster lost its etcd (restore it from a "
+                 "snapshot; Kontinuum never bootstraps a cluster twice)")
+        return ReadResult(id_=id_, outs={**props, "bootstrapped": bool(names), "etcdMembers": names})
 
     def delete(self, _id, _props):
         pass

@@ -31,5 +31,16 @@ def diff_inputs(olds: dict, news: dict, *, replace_on=(), update_on=()) -> DiffR
                       delete_before_replace=True)
 
 
+def why_not_read(exc: BaseException) -> str:
+    """One line on why a refresh could not read something; the error's own text only when it is
+    ours (an API client's may quote a response body)."""
+    from kontinuum.errors import KontinuumError
+
+    if isinstance(exc, KontinuumError):
+        return str(exc).splitlines()[0][:300]
+    status = getattr(exc, "status", None)
+    return f"{exc.__class__.__name__}" + (f" (HTTP {status})" if status else "")
+
+
 def with_secret_outputs(opts: pulumi.ResourceOptions | None, *names: str) -> pulumi.ResourceOptions:
     return pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(additional_secret_outputs=list(names)))

@@ -19,10 +19,11 @@ import time
 
 import pulumi
 import yaml
-from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
+from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 
 from kontinuum.errors import KontinuumError
-from kontinuum.talos.errors import FingerprintMismatchError, NotInMaintenanceError, TalosError, TlsTrustError
+from kontinuum.talos.errors import (FingerprintMismatchError, NodeUnreachableError, NotInMaintenanceError, TalosError,
+                                    TalosTimeoutError, TlsTrustError)
 from kontinuum.talos.transport import APID_PORT
 from kontinuum.talos.waits import WAIT_DEFAULTS, NotYet, WaitTimeout, wait_until
 from providers.common import TypedResource, diff_inputs, with_secret_outputs
@@ -237,6 +238,48 @@ def outputs(props: dict) -> dict:
     return outs
 
 
+# --- read (pulumi refresh): what the node runs now --------------------------------------------
+
+READ_TIMEOUT = 10.0  # seconds per call when refreshing: a node that does not answer is reported
+DRIFT = "drift: "  # configHash of a node found without this cluster's config; the next up re-applies
+
+
+def observe(props: dict, timeout: float = READ_TIMEOUT) -> str:
+    """"configured" (answers over mTLS with this cluster's identity), "maintenance" (reset out of
+    band), "foreign" (another identity answers) or "unreachable"."""
+    try:
+        node_client(props).version(timeout=timeout)
+        return "configured"
+    except TlsTrustError:
+        pass
+    except (NodeUnreachableError, TalosTimeoutError):
+        return "unreachable"
+    try:
+        maintenance_client(props).discover(timeout=timeout)
+        return "maintenance"
+    except (NodeUnreachableError, TalosTimeoutError):
+        return "unreachable"
+    except TalosError:
+        return "foreign"
+
+
+def read_config_apply(props: dict) -> dict:
+    """The recorded outputs, with configHash marked as drift when the node no longer runs this
+    cluster's config (so the next `pulumi up` applies it again). A node that does not answer
+    keeps its record and is reported."""
+    address = props.get("address")
+    seen = observe(props)
+    if seen == "configured":
+        return props
+    if seen == "unreachable":
+        warn(f"ConfigApply {address}: the node did not answer within {READ_TIMEOUT:g} s; its config was not compared")
+        return props
+    why = ("the node is in maintenance mode (reset out of band)" if seen == "maintenance" else
+           "the node answers with another cluster's identity (reconfigured out of band)")
+    warn(f"ConfigApply {address}: {DRIFT}{why}; the next `pulumi up` applies its config again")
+    return {**props, "configHash": DRIFT + why}
+
+
 class ConfigApplyProvider(ResourceProvider):
     def check(self, olds, news):
         return check_config_apply(news, olds).result()
@@ -251,6 +294,9 @@ class ConfigApplyProvider(ResourceProvider):
         if olds.get("configHash") == config_hash(news["config"]):
             return UpdateResult(outs=outputs(news))  # settings only: nothing to send
         return UpdateResult(outs=converge(news, prefer_mtls=True))
+
+    def read(self, id_, props):
+        return ReadResult(id_=id_, outs=read_config_apply(props))
 
     def delete(self, _id, props):
         teardown(props)

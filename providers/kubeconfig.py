@@ -15,14 +15,14 @@ import re
 
 import pulumi
 import yaml
-from pulumi.dynamic import CreateResult, ResourceProvider, UpdateResult
+from pulumi.dynamic import CreateResult, ReadResult, ResourceProvider, UpdateResult
 
 from kontinuum.errors import KontinuumError
 from kontinuum.talos.errors import PermissionDeniedError, TalosError, WrongModeError
 from kontinuum.talos.transport import APID_PORT
 from kontinuum.talos.waits import WAIT_DEFAULTS, NotYet, WaitTimeout, wait_until
 from providers.common import TypedResource, diff_inputs, with_secret_outputs
-from providers.talos_common import Inputs, info, node_client
+from providers.talos_common import Inputs, info, node_client, warn
 
 FETCH_ON = ("address", "talosPort")  # which node to ask; a re-rendered talosconfig is no reason
 UPDATE_ON = (*FETCH_ON, "talosconfig", "timeout", "requestTimeout")
@@ -129,12 +129,37 @@ def fetch(props: dict) -> dict:
     return {"kubeconfig": got["kubeconfig"], "endpoint": got["endpoint"], "kubernetesVersion": version}
 
 
+RENEW_BEFORE = 30 * 86400.0  # seconds: a client certificate closer to its end than this is renewed
+
+
+def client_cert_left(kubeconfig: str, now=None) -> float | None:
+    """Seconds the kubeconfig's client certificate is still valid (negative: expired), or None
+    when it holds none that can be read. Offline: nothing is contacted."""
+    import base64
+    import datetime as dt
+
+    from cryptography import x509
+
+    try:
+        doc = yaml.safe_load(kubeconfig)
+        current = doc.get("current-context")
+        ctx = next(c["context"] for c in doc["contexts"] if c["name"] == current) if current else doc["contexts"][0]["context"]
+        user = next(u["user"] for u in doc["users"] if u["name"] == ctx["user"])
+        cert = x509.load_pem_x509_certificate(base64.b64decode(user["client-certificate-data"]))
+    except Exception:  # noqa: BLE001 - not a kubeconfig with an inline client certificate
+        return None
+    return (cert.not_valid_after_utc - (now or dt.datetime.now(dt.timezone.utc))).total_seconds()
+
+
 class KubeconfigProvider(ResourceProvider):
     def check(self, _olds, news):
         return check_kubeconfig(news).result()
 
     def diff(self, _id, olds, news):
-        return diff_inputs(olds, news, update_on=UPDATE_ON)
+        result = diff_inputs(olds, news, update_on=UPDATE_ON)
+        if olds.get("valid") is False:
+            result.changes = True  # a refresh found the client certificate (nearly) expired: renew
+        return result
 
     def create(self, props):
         outs = {k: props.get(k) for k in UPDATE_ON}
@@ -142,10 +167,22 @@ class KubeconfigProvider(ResourceProvider):
 
     def update(self, _id, olds, news):
         outs = {k: news.get(k) for k in UPDATE_ON}
-        if all(olds.get(k) == news.get(k) for k in FETCH_ON):  # same node: keep what we have
+        if olds.get("valid") is not False and all(olds.get(k) == news.get(k) for k in FETCH_ON):  # keep it
             kept = {k: olds.get(k) for k in ("kubeconfig", "endpoint", "kubernetesVersion")}
             return UpdateResult(outs={**outs, **kept})
         return UpdateResult(outs={**outs, **fetch(news)})
+
+    def read(self, id_, props):
+        """Refresh: is the admin kubeconfig's client certificate still valid for RENEW_BEFORE?
+        If not, that is drift (valid: false) and the next up fetches a new one."""
+        left = client_cert_left(props.get("kubeconfig") or "")
+        if left is None:
+            return ReadResult(id_=id_, outs=props)
+        valid = left > RENEW_BEFORE
+        if not valid:
+            state = "expired" if left <= 0 else f"expires in {left / 86400:.1f} days"
+            warn(f"Kubeconfig {props.get('address')}: drift: the admin client certificate {state}; the next up renews it")
+        return ReadResult(id_=id_, outs={**props, "valid": valid})
 
 
 class Kubeconfig(TypedResource, module="talos", name="Kubeconfig"):

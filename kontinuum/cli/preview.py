@@ -16,6 +16,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import yaml
+
 from kontinuum.preview_summary import RegionSummary, report
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,6 +79,28 @@ def offline_check(name: str, path: Path) -> tuple[RegionSummary | None, str | No
     return None, stack.region, [z.zone for z in stack.zones]
 
 
+def api_endpoints(path: Path) -> dict[str, str]:
+    """zone → its Kubernetes API URL (the endpoint, or the first control plane's :6443), and
+    `hub` → the hub's when its kubeconfig is a file (a secret one is not read here)."""
+    from kontinuum_components import validation
+
+    raw, secret_keys = validation.read_stack_file(path)
+    stack = validation.validate(raw, secret_keys=secret_keys, render=False).stack
+    out = {}
+    for z in stack.zones if stack else ():
+        cps = [m for m in z.machines if m.pool == z.control_plane.name]
+        if z.endpoint or cps:
+            out[z.zone] = z.endpoint or f"https://{cps[0].addresses[0]}:6443"
+    hub_file = raw.get("hubKubeconfigFile")
+    if isinstance(hub_file, str):
+        try:
+            doc = yaml.safe_load((ROOT / hub_file).read_text())
+            out["hub"] = doc["clusters"][0]["cluster"]["server"]
+        except (OSError, yaml.YAMLError, KeyError, IndexError, TypeError):
+            pass  # no lab running: the probe of the zones still tells
+    return out
+
+
 def preview_one(name: str, path: Path, args: argparse.Namespace, existing: set[str]) -> RegionSummary:
     from kontinuum import preview_runner
     from kontinuum.preview_summary import summarize
@@ -95,7 +119,12 @@ def preview_one(name: str, path: Path, args: argparse.Namespace, existing: set[s
         status = "invalid" if "invalid stack config" in text else "failed"
         return RegionSummary(stack=name, region=region, status=status, error=text)
     summary = summarize(name, run.plan, region=region, zones=zones)
-    summary.cluster_compared = not preview_runner.cluster_unreachable(run)
+    deployed = {k: v for k, v in api_endpoints(path).items() if k not in summary.zones_added}
+    silent = preview_runner.unanswered(deployed, args.cluster_timeout)
+    if silent:
+        summary.cluster_compared = False
+        summary.notes.append("not compared with the live cluster (no answer within "
+                             f"{args.cluster_timeout:g} s): {', '.join(silent)}")
     return summary
 
 
