@@ -78,8 +78,9 @@ class BootstrapProvider(ResourceProvider):
         return UpdateResult(outs={**outs, "bootstrapped": olds.get("bootstrapped", True)})
 
     def read(self, id_, props):
-        """Refresh: etcd membership as the node sees it (etcdMembers, the members' hostnames).
-        Never bootstraps again (a second Bootstrap could split etcd): a cluster that lost etcd
+        """Refresh: etcd membership as the node sees it; only its loss changes the record (a
+        refresh that finds nothing wrong changes nothing, so a drift check stays quiet). Never
+        bootstraps again (a second Bootstrap could split etcd): a cluster that lost etcd
         is reported for an operator (restore from a snapshot)."""
         address = props.get("address")
         try:
@@ -87,11 +88,11 @@ class BootstrapProvider(ResourceProvider):
         except TalosError as exc:
             warn(f"Bootstrap {address}: etcd membership not read ({exc.problem}); kept as recorded")
             return ReadResult(id_=id_, outs=props)
-        names = sorted(m.hostname or str(m.id) for m in members)
-        if not names:
-            warn(f"Bootstrap {address}: drift: etcd has no members; the cluster lost its etcd (restore it from a "
-                 "snapshot; Kontinuum never bootstraps a cluster twice)")
-        return ReadResult(id_=id_, outs={**props, "bootstrapped": bool(names), "etcdMembers": names})
+        if members:
+            return ReadResult(id_=id_, outs=props)
+        warn(f"Bootstrap {address}: drift: etcd has no members; the cluster lost its etcd (restore it from a "
+             "snapshot; Kontinuum never bootstraps a cluster twice)")
+        return ReadResult(id_=id_, outs={**props, "bootstrapped": False})
 
     def delete(self, _id, _props):
         pass

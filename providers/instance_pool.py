@@ -95,12 +95,14 @@ class InstancePoolProvider(ResourceProvider):
         except Exception as exc:  # noqa: BLE001 - any failure to read is reported, never fatal
             _warn(f"InstancePool {id_}: claims not read ({why_not_read(exc)}); kept as recorded")
             return ReadResult(id_=id_, outs=props)
-        members = [{"name": m.name, "address": m.address, "discovered": m.discovered} for m in held]
-        lost = sorted({m["name"] for m in props.get("members") or []} - {m["name"] for m in members})
-        if lost:
-            _warn(f"InstancePool {id_}: drift: claims no longer held: {', '.join(lost)}; the next up claims again")
+        names = {m.name for m in held}
+        lost = sorted({m["name"] for m in props.get("members") or []} - names)
+        if not lost:
+            return ReadResult(id_=id_, outs=props)  # nothing wrong: the record stays as it is
+        _warn(f"InstancePool {id_}: drift: claims no longer held: {', '.join(lost)}; the next up claims again")
+        members = [m for m in props.get("members") or [] if m["name"] in names]
         return ReadResult(id_=id_, outs={**props, "members": members,
-                                         "readyReplicas": sum(1 for m in members if m["discovered"])})
+                                         "readyReplicas": sum(1 for m in members if m.get("discovered"))})
 
     def delete(self, id_, props):
         _inventory(props["hubKubeconfig"]).release(id_)

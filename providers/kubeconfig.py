@@ -178,11 +178,11 @@ class KubeconfigProvider(ResourceProvider):
         left = client_cert_left(props.get("kubeconfig") or "")
         if left is None:
             return ReadResult(id_=id_, outs=props)
-        valid = left > RENEW_BEFORE
-        if not valid:
-            state = "expired" if left <= 0 else f"expires in {left / 86400:.1f} days"
-            warn(f"Kubeconfig {props.get('address')}: drift: the admin client certificate {state}; the next up renews it")
-        return ReadResult(id_=id_, outs={**props, "valid": valid})
+        if left > RENEW_BEFORE:
+            return ReadResult(id_=id_, outs=props)
+        state = "expired" if left <= 0 else f"expires in {left / 86400:.1f} days"
+        warn(f"Kubeconfig {props.get('address')}: drift: the admin client certificate {state}; the next up renews it")
+        return ReadResult(id_=id_, outs={**props, "valid": False})
 
 
 class Kubeconfig(TypedResource, module="talos", name="Kubeconfig"):

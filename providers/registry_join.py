@@ -83,7 +83,7 @@ class RegistryJoinProvider(ResourceProvider):
         if joined is None:
             warn(f"RegistryJoin {id_}: drift: {seen}")
             return ReadResult(id_=id_, outs={**props, "joined": False})
-        return ReadResult(id_=id_, outs={**props, "joined": True, "heartbeat": joined.heartbeat})
+        return ReadResult(id_=id_, outs=props)  # fresh: the recorded join stands (no noise in drift checks)
 
 
 class RegistryJoin(TypedResource, module="hub", name="RegistryJoin"):
