@@ -101,17 +101,10 @@ def api_endpoints(path: Path) -> dict[str, str]:
     return out
 
 
-def preview_one(name: str, path: Path, args: argparse.Namespace, existing: set[str]) -> RegionSummary:
+def preview_one(name: str, path: Path, region: str, zones: list[str], args: argparse.Namespace) -> RegionSummary:
     from kontinuum import preview_runner
     from kontinuum.preview_summary import summarize
 
-    bad, region, zones = offline_check(name, path)
-    if bad:
-        return bad
-    if name not in existing:
-        return RegionSummary(stack=name, region=region, status="invalid", error=(
-            f"stack {name!r} ({path}) does not exist in the state backend: `tools/pulumi stack init {name}` "
-            f"first, or leave it out (--exclude {name})"))
     run = preview_runner.preview(name, path.resolve(), refresh=args.refresh, cluster_timeout=args.cluster_timeout,
                                  timeout=args.timeout)
     if run.plan is None:
@@ -128,20 +121,39 @@ def preview_one(name: str, path: Path, args: argparse.Namespace, existing: set[s
     return summary
 
 
-def run(args: argparse.Namespace) -> int:
+def previews(files: dict[str, Path], args: argparse.Namespace) -> list[RegionSummary]:
+    """Offline checks first (no engine, no backend), then one engine preview per valid stack
+    that exists in the backend."""
     from kontinuum import preview_runner
 
+    out, valid = [], {}
+    with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
+        for name, (bad, region, zones) in zip(files, pool.map(lambda i: offline_check(*i), files.items())):
+            if bad:
+                out.append(bad)
+            else:
+                valid[name] = (files[name], region, zones)
+    if not valid:
+        return out
+    existing, why = preview_runner.list_stacks(timeout=args.backend_timeout)
+    if existing is None:
+        return out + [RegionSummary(stack=n, region=r, status="failed", error=why) for n, (_, r, _) in valid.items()]
+    for name in [n for n in valid if n not in existing]:
+        path, region, _ = valid.pop(name)
+        out.append(RegionSummary(stack=name, region=region, status="invalid", error=(
+            f"stack {name!r} ({path}) does not exist in the state backend: `tools/pulumi stack init {name}` "
+            f"first, or leave it out (--exclude {name})")))
+    with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
+        out += list(pool.map(lambda item: preview_one(item[0], *item[1], args), valid.items()))
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
     files, summaries = stack_files(args)
     if not files and not summaries:
         print(f"preview: no stack files in {args.stacks_dir}", file=sys.stderr)
         return INVALID
-    if files:
-        existing, why = preview_runner.list_stacks(timeout=args.backend_timeout)
-        if existing is None:
-            print(f"preview: {why}", file=sys.stderr)
-            return FAILED
-    with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
-        summaries += list(pool.map(lambda item: preview_one(*item, args, existing), files.items()))
+    summaries += previews(files, args)
     summaries.sort(key=lambda s: s.stack)
     text = report(summaries, drift=args.expect_no_changes)
     if args.markdown:

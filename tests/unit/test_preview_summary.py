@@ -98,3 +98,20 @@ def test_summary_names_zones_nodes_config_paths_and_upgrades(bundle):
 def test_no_changes(bundle):
     s = summarize("eu", {"changeSummary": {"same": 38}, "steps": []}, region="eu", zones=["eu-1a"])
     assert s.status == "no-changes" and "no changes" in markdown(s)
+
+
+def test_bad_input_exits_3_before_any_engine_or_backend(tmp_path, capsys, monkeypatch):
+    from kontinuum import preview_runner
+    from kontinuum.__main__ import main
+
+    monkeypatch.setattr(preview_runner, "list_stacks", lambda **kw: pytest.fail("the backend was asked"))
+    (tmp_path / "Pulumi.broken.yaml").write_text("config:\n  kontinuum:region: [\n")
+    (tmp_path / "Pulumi.typo.yaml").write_text("config:\n  kontinuum:regoin: eu\n")
+    assert main(["preview", "--stack", "nope", "--stacks-dir", str(tmp_path)]) == 3
+    assert "unknown stack 'nope'" in capsys.readouterr().err
+    out = tmp_path / "s.json"
+    assert main(["preview", "--all", "--stacks-dir", str(tmp_path), "--json", str(out)]) == 3
+    text = capsys.readouterr().out
+    assert "not valid YAML at line 3" in text and "regoin" in text
+    assert {s["stack"]: s["status"] for s in json.loads(out.read_text())["regions"]} == {
+        "broken": "invalid", "typo": "invalid"}
