@@ -115,3 +115,13 @@ def test_bad_input_exits_3_before_any_engine_or_backend(tmp_path, capsys, monkey
     assert "not valid YAML at line 3" in text and "regoin" in text
     assert {s["stack"]: s["status"] for s in json.loads(out.read_text())["regions"]} == {
         "broken": "invalid", "typo": "invalid"}
+
+
+def test_addon_helm_values_diff_by_path_and_secret_values_stay_masked():
+    old = {"values": {"operator": {"replicas": 1}, "hubble": {"enabled": False}, "token": "[secret]"}}
+    new = {"values": {"operator": {"replicas": 2}, "hubble": {"enabled": False}, "token": "[secret]",
+                      "extra": ["a"]}}
+    plan = {"changeSummary": {"update": 1}, "steps": [step("update", "kubernetes:helm.sh/v3:Release", "eu-a-cilium",
+                                                            old, new)]}
+    s = summarize("eu", plan, region="eu", zones=["a"])
+    assert s.addon_values == ["a eu-a-cilium: extra[0]: ∅ → a", "a eu-a-cilium: operator.replicas: 1 → 2"]
