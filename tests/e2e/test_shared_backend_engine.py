@@ -25,10 +25,11 @@ import pytest
 
 from lab.pulumi_cli import Stack
 from lab.s3 import running_s3
+from tests.e2e.cluster_lab import up_in_background, wait_for_event
 
 PROJECT = Path(__file__).parent / "projects" / "shared_backend"
 S3_ADDRESS = "127.0.44.201"
-HOLD = 15.0  # seconds an up holds its stack's lock
+HOLD = 30.0  # seconds an up holds its stack's lock (a second run must reach the lock check meanwhile)
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +50,7 @@ class SharedStack(Stack):
         env = super().env()
         env.pop("PULUMI_CONFIG_PASSPHRASE")
         env.update(PULUMI_BACKEND_URL=self.s3.backend_url(), PULUMI_CONFIG_PASSPHRASE_FILE=str(self.passphrase_file),
-                   **self.s3.env())
+                   PULUMI_DEBUG_COMMANDS="true", **self.s3.env())  # the engine's --event-log needs the last
         return env
 
     def init(self) -> "SharedStack":
@@ -84,18 +85,18 @@ def project(s3, tmp_path_factory):
     return stacks, key
 
 
-def up_in_background(stack: Stack, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen(stack.command("up", "--yes", "--skip-preview", *extra), cwd=stack.project_dir,
-                            env=stack.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+def holding(stack: Stack, log: Path) -> subprocess.Popen:
+    """An up that has taken the stack's lock: its hold resource is being created or updated."""
+    proc = up_in_background(stack, log)
+    wait_for_event(proc, log, "resourcePreEvent", f"{stack.name}-hold", timeout=180)
+    return proc
 
 
-def test_two_ups_of_one_region_the_second_is_refused_and_no_state_is_lost(project):
+def test_two_ups_of_one_region_the_second_is_refused_and_no_state_is_lost(project, tmp_path):
     stacks, key = project
     eu, us = stacks["eu"], stacks["us"]
-    first = up_in_background(eu)
-    parallel = up_in_background(us)  # another region: its own lock, runs meanwhile
-    time.sleep(HOLD / 3)
+    first = holding(eu, tmp_path / "eu.log")
+    parallel = holding(us, tmp_path / "us.log")  # another region: its own lock, held at the same time
     t0 = time.monotonic()
     second = eu.run("up", "--yes", "--skip-preview", check=False, timeout=120)
     refused_in = time.monotonic() - t0
@@ -114,12 +115,11 @@ def test_two_ups_of_one_region_the_second_is_refused_and_no_state_is_lost(projec
     assert "token-of-eu" not in exported and key.read_text() not in exported  # secrets stay encrypted
 
 
-def test_a_killed_run_leaves_a_lock_that_cancel_clears(project):
+def test_a_killed_run_leaves_a_lock_that_cancel_clears(project, tmp_path):
     stacks, _ = project
     eu = stacks["eu"]
     eu.set_config("generation", "2")
-    run = up_in_background(eu)
-    time.sleep(HOLD / 2)  # inside the hold: the update is under way
+    run = holding(eu, tmp_path / "killed.log")  # the update is under way
     os.killpg(run.pid, signal.SIGKILL)
     run.communicate()
     refused = eu.run("up", "--yes", "--skip-preview", check=False, timeout=120)
