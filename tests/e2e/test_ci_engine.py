@@ -130,6 +130,13 @@ def regions(lab, place, old_checkout, tools_bin):
         up2.kill()
 
 
+def settled(up: subprocess.Popen) -> None:
+    """r2's first up, started in the background beside r1's: finished and successful."""
+    if up.returncode is None:
+        out, _ = up.communicate(timeout=900)
+        assert up.returncode == 0, out[-3000:]
+
+
 def types(stack: Stack) -> set[str]:
     return {r["type"] for r in stack.export()["deployment"]["resources"] if r["type"].startswith("pulumi-python")}
 
@@ -146,15 +153,15 @@ def test_a_region_made_with_the_old_type_names_keeps_every_resource(regions):
     assert "pulumi-python:dynamic:Resource" not in types(r1)
     assert {"pulumi-python:dynamic/talos:ConfigApply", "pulumi-python:dynamic/hub:Instance"} <= types(r1)
     r1.preview("--expect-no-changes")
-    out, _ = up2.communicate(timeout=900)
-    assert up2.returncode == 0, out[-3000:]
+    settled(up2)
 
 
 # --- 2. preview --all --------------------------------------------------------------------------
 
 
 def test_preview_all_two_regions_no_changes_then_a_config_change(regions, place):
-    _, r1, r2, _ = regions
+    _, r1, r2, up2 = regions
+    settled(up2)
     r, md, summary, took = kontinuum_preview(place, "--all")
     assert r.returncode == 0, r.stdout + r.stderr
     assert [(s["stack"], s["status"], s["cluster_compared"]) for s in summary["regions"]] == [
@@ -221,6 +228,7 @@ def lab_apiservers(lab: Path) -> list[int]:
 
 def test_preview_with_clusters_that_stop_answering_is_bounded_and_says_so(regions, lab, place):
     """Paused API servers accept connections and never answer: worse than dropped packets."""
+    settled(regions[3])
     pids = lab_apiservers(lab)
     assert len(pids) == 3  # the hub and both zones
     for pid in pids:
@@ -242,9 +250,12 @@ def test_preview_with_clusters_that_stop_answering_is_bounded_and_says_so(region
 def test_a_node_reset_behind_pulumis_back_is_drift_that_the_next_up_repairs(regions, place):
     """An operator resets a worker with talosctl; the refresh-based drift check names it, `pulumi
     refresh` records it, and the next up configures that node again and touches no other."""
-    _, _, r2, _ = regions
+    _, _, r2, up2 = regions
+    settled(up2)
     config = talosconfig.parse(secrets_yaml(r2, "talosconfig"))
-    TalosClient.from_talosconfig(config, node=R2_WORKER, endpoint=R2_WORKER).reset(graceful=False, timeout=30)
+    # What an operator's `talosctl reset --system-labels-to-wipe STATE --system-labels-to-wipe EPHEMERAL` does.
+    TalosClient.from_talosconfig(config, node=R2_WORKER, endpoint=R2_WORKER).reset(
+        graceful=False, system_partitions=("STATE", "EPHEMERAL"), timeout=30)
     deadline = time.monotonic() + 60
     while control.read_state(R2_WORKER)["mode"] != "maintenance":
         assert time.monotonic() < deadline, "the worker did not come back in maintenance mode"
