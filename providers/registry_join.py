@@ -58,9 +58,10 @@ class RegistryJoinProvider(ResourceProvider):
         # A heartbeat from before this wait is a registration left from an earlier life of the zone.
         return CreateResult(id_=f"{props['region']}-{props['zone']}", outs=self._wait(props, after_rollout=False))
 
-    def update(self, _id, olds, news):
+    def update(self, _id, _olds, news):
         # The footprint changed: the old pods heartbeat until replaced; only the new revision counts.
-        return UpdateResult(outs=self._wait(news, after_rollout=olds.get("trigger") != news.get("trigger")))
+        # (With no new revision, e.g. after a stale heartbeat, the rollout is done and a fresh beat counts.)
+        return UpdateResult(outs=self._wait(news, after_rollout=True))
 
     def read(self, id_, props):
         """Refresh: is the zone's heartbeat still fresh (maxHeartbeatAge, else FRESH seconds, by
