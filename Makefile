@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TOOLS_BIN = $(shell tools/install.sh --print-bin)
 RUN = PATH="$(TOOLS_BIN):$(CURDIR)/$(VENV)/bin:$$PATH"
 
-.PHONY: all venv tools debs test test-unit lab lab-down clean
+.PHONY: all venv tools debs test test-unit lab lab-down clean preview
 
 all: test
 
@@ -46,6 +46,13 @@ lab-down: venv
 
 clean:
 	rm -rf .state .pytest_cache
+
+# Every region stack previewed (README, "CI"): exit 0 no changes, 2 changes, 3 invalid, 4 failed.
+# stacks/Pulumi.example-eu.yaml is documentation (no stack), so it is left out here.
+# PREVIEW_ARGS="--refresh --expect-no-changes" for a drift check.
+PREVIEW_ARGS ?= --exclude example-eu
+preview: venv tools
+	$(RUN) $(PY) -m kontinuum preview --all $(PREVIEW_ARGS)
 
 # Benchmarks (issue 9): figures, not tests; writes bench/RESULTS.md. BENCH_ARGS="--runs 1 --only noop" etc.
 .PHONY: bench

@@ -50,7 +50,7 @@ def classify(suffix: str, urn: str = "") -> str | None:
     if suffix.startswith("gateway-api-"):  # one resource per Gateway API CRD
         return "cilium"
     if re.fullmatch(r"[0-9a-f]{8}", suffix):
-        return "apply" if "TalosCluster$pulumi-python:dynamic:Resource::" in urn else "discovery"
+        return "apply" if "TalosCluster$pulumi-python:dynamic/talos:ConfigApply::" in urn else "discovery"
     if suffix == "controlplane":
         return "claim"
     if suffix == "secrets":

@@ -11,6 +11,8 @@ COMMANDS = {
     "check": ("kontinuum.cli.check", "validate stacks/Pulumi.<stack>.yaml offline (no engine), exit 0/1"),
     "schema": ("kontinuum.cli.schema", "print the stack config contract as JSON Schema or as the README table"),
     "migrate": ("kontinuum.cli.migrate", "move a stack made by an earlier Kontinuum to the current layout (state only)"),
+    "preview": ("kontinuum.cli.preview", "preview every region stack (bounded, parallel): Markdown/JSON summary, "
+                "exit 0 no changes / 2 changes / 3 invalid / 4 failed"),
     "recover": ("kontinuum.cli.recover", "settle what a killed up or destroy left (tools/pulumi runs it first)"),
     "backup": ("kontinuum.cli.backup", "take an encrypted etcd snapshot of a zone (Talos EtcdSnapshot)"),
     "restore": ("kontinuum.cli.restore", "bring a zone's etcd back from a backup (Talos disaster recovery)"),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-DYNAMIC = "pulumi-python:dynamic:Resource"
+DYNAMIC = "pulumi-python:dynamic"  # every dynamic type, the one-for-all of old and today's own
 _SLOT = re.compile(r"^(?P<cluster>.+)-(?P<pool>[a-z0-9]([-a-z0-9]*[a-z0-9])?)-(?P<slot>\d+)$")
 _INSTANCE = re.compile(r"^(?P<cluster>.+)-[0-9a-f]{8}$")
 
@@ -34,7 +34,7 @@ def _type(urn: str) -> str:
 
 def member_renames(deployment: dict) -> tuple[list[Rename], list[str]]:
     """(renames to make, one line per slot resource that cannot be matched)."""
-    resources = [r for r in deployment.get("resources") or [] if _type(r.get("urn", "")) == DYNAMIC]
+    resources = [r for r in deployment.get("resources") or [] if _type(r.get("urn", "")).startswith(DYNAMIC)]
     by_cluster: dict[str, dict[str, str]] = {}  # cluster → address → Instance name
     for r in resources:
         outs = r.get("outputs") or {}

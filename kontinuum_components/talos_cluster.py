@@ -14,7 +14,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from kontinuum.hub.crds import LABEL_REGION, LABEL_ZONE
-from kontinuum.talos import machineconfig
+from kontinuum.talos import config_view, machineconfig
 from kontinuum.talos.secrets import load as load_secrets
 from kontinuum_components import addons
 from kontinuum.naming import instance_name
@@ -76,14 +76,21 @@ class TalosCluster(pulumi.ComponentResource):
         self.endpoint = pulumi.Output.from_input(zone.endpoint or pulumi.Output.concat("https://", first_cp, ":6443"))
         talosconfig = secrets.talosconfig
 
-        def config_for(pool_name: str) -> pulumi.Output[str]:
-            # The bundle comes back from our own encrypted state on every run: skip the RSA proof.
-            return pulumi.Output.all(secrets.secretsYaml, self.endpoint).apply(
-                lambda args: machineconfig.render(cluster_spec(name, zone, args[1]),
-                                                  load_secrets(args[0], check_rsa=False), pool=pool_name).decode())
+        def config_for(pool_name: str) -> tuple[pulumi.Output[str], pulumi.Output[dict]]:
+            """The pool's machine config (secret) and its redacted view (not secret: every secret
+            in it is masked, so a preview can show a config change path by path)."""
+
+            def render(args) -> tuple[str, dict]:
+                # The bundle comes back from our own encrypted state on every run: skip the RSA proof.
+                bundle = load_secrets(args[0], check_rsa=False)
+                text = machineconfig.render(cluster_spec(name, zone, args[1]), bundle, pool=pool_name).decode()
+                return text, config_view.view(text, bundle)
+
+            both = pulumi.Output.all(secrets.secretsYaml, self.endpoint).apply(render)
+            return both.apply(lambda b: b[0]), pulumi.Output.unsecret(both.apply(lambda b: b[1]))
 
         def applies(p: Pool, role: str, after: list[pulumi.Resource]) -> list[ConfigApply]:
-            config = config_for(p.name)
+            config, view = config_for(p.name)
             made: list[ConfigApply] = []
             for m in members[p.name]:
                 # Control planes one after the other: each joins etcd (and waits for it to be healthy)
@@ -95,6 +102,7 @@ class TalosCluster(pulumi.ComponentResource):
                     pool=p.name,
                     address=address(m),
                     config=config,
+                    config_view=view,
                     talosconfig=talosconfig,
                     hub_kubeconfig=hub_kubeconfig,
                     role=role,

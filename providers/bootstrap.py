@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import pulumi
 from grpclib.const import Status
-from pulumi.dynamic import CreateResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import CreateResult, ReadResult, ResourceProvider, UpdateResult
 
 from kontinuum.talos.errors import AlreadyBootstrappedError, TalosError
 from kontinuum.talos.transport import APID_PORT
 from kontinuum.talos.waits import WAIT_DEFAULTS, NotYet, wait_until
-from providers.common import diff_inputs, with_secret_outputs
-from providers.talos_common import TRANSIENT, Inputs, info, node_client
+from providers.common import TypedResource, diff_inputs, with_secret_outputs
+from providers.talos_common import TRANSIENT, Inputs, info, node_client, warn
+
+READ_TIMEOUT = 10.0  # seconds to read etcd membership on refresh
 
 UPDATE_ON = ("address", "talosPort", "talosconfig", "timeout")
 
@@ -75,11 +77,28 @@ class BootstrapProvider(ResourceProvider):
         outs = {k: news.get(k) for k in UPDATE_ON}
         return UpdateResult(outs={**outs, "bootstrapped": olds.get("bootstrapped", True)})
 
+    def read(self, id_, props):
+        """Refresh: etcd membership as the node sees it; only its loss changes the record (a
+        refresh that finds nothing wrong changes nothing, so a drift check stays quiet). Never
+        bootstraps again (a second Bootstrap could split etcd): a cluster that lost etcd
+        is reported for an operator (restore from a snapshot)."""
+        address = props.get("address")
+        try:
+            members = node_client(props).etcd_members(timeout=READ_TIMEOUT)
+        except TalosError as exc:
+            warn(f"Bootstrap {address}: etcd membership not read ({exc.problem}); kept as recorded")
+            return ReadResult(id_=id_, outs=props)
+        if members:
+            return ReadResult(id_=id_, outs=props)
+        warn(f"Bootstrap {address}: drift: etcd has no members; the cluster lost its etcd (restore it from a "
+             "snapshot; Kontinuum never bootstraps a cluster twice)")
+        return ReadResult(id_=id_, outs={**props, "bootstrapped": False})
+
     def delete(self, _id, _props):
         pass
 
 
-class Bootstrap(Resource):
+class Bootstrap(TypedResource, module="talos", name="Bootstrap"):
     """Outputs: bootstrapped (true). The resource id is the node Bootstrap ran on; `address`
     follows the input."""
 

@@ -11,9 +11,9 @@ that registers this resource never needs the kubernetes client.
 from __future__ import annotations
 
 import pulumi
-from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, ResourceProvider, UpdateResult
 
-from providers.common import diff_inputs, with_secret_outputs
+from providers.common import TypedResource, diff_inputs, with_secret_outputs
 
 UPDATE_ON = ("namespace", "name", "trigger", "kubeconfig")
 
@@ -50,7 +50,7 @@ class CertificateReadyProvider(ResourceProvider):
         return UpdateResult(outs=self._wait(news))
 
 
-class CertificateReady(Resource):
+class CertificateReady(TypedResource, module="kube", name="CertificateReady"):
     """Outputs: ready (true), notAfter, message (the Ready condition's)."""
 
     ready: pulumi.Output[bool]

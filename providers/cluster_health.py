@@ -13,13 +13,13 @@ from __future__ import annotations
 
 
 import pulumi
-from pulumi.dynamic import CreateResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import CreateResult, ResourceProvider, UpdateResult
 
 from kontinuum.errors import KontinuumError
 from kontinuum.talos.errors import ClusterUnhealthyError, TalosError
 from kontinuum.talos.transport import APID_PORT
 from kontinuum.talos.waits import WAIT_DEFAULTS, NotYet, WaitTimeout, wait_until
-from providers.common import diff_inputs, with_secret_outputs
+from providers.common import TypedResource, diff_inputs, with_secret_outputs
 from providers.talos_common import TRANSIENT, Inputs, cluster_kubeconfig, info, node_client
 
 UPDATE_ON = ("address", "talosPort", "talosconfig", "controlPlaneNodes", "workerNodes", "timeout")
@@ -140,7 +140,7 @@ class ClusterHealthProvider(ResourceProvider):
         return UpdateResult(outs=self._run(news))
 
 
-class ClusterHealth(Resource):
+class ClusterHealth(TypedResource, module="talos", name="ClusterHealth"):
     """Outputs: healthy (true), checkedNodes (control planes, then workers)."""
 
     healthy: pulumi.Output[bool]

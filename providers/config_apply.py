@@ -19,15 +19,16 @@ import time
 
 import pulumi
 import yaml
-from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 
 from kontinuum.errors import KontinuumError
 from kontinuum.lifecycle import etcd_health
 from kontinuum.talos import talosconfig
-from kontinuum.talos.errors import FingerprintMismatchError, NotInMaintenanceError, TalosError, TlsTrustError
+from kontinuum.talos.errors import (FingerprintMismatchError, NodeUnreachableError, NotInMaintenanceError, TalosError,
+                                    TalosTimeoutError, TlsTrustError)
 from kontinuum.talos.transport import APID_PORT
 from kontinuum.talos.waits import WAIT_DEFAULTS, NotYet, WaitTimeout, wait_until
-from providers.common import diff_inputs, with_secret_outputs
+from providers.common import TypedResource, diff_inputs, with_secret_outputs
 from providers.node_teardown import WIPES, teardown
 from providers.talos_common import (TRANSIENT, Inputs, config_hash, info, known, machine_inventory,
                                      maintenance_client, node_client, warn)
@@ -35,7 +36,7 @@ from providers.talos_common import (TRANSIENT, Inputs, config_hash, info, known,
 ROLES = ("controlplane", "worker")
 REPLACE_ON = ("instance", "role")
 UPDATE_ON = ("address", "pool", "talosPort", "talosconfig", "hubKubeconfig", "applyTimeout", "resetTimeout",
-             "resetOnDelete", "leaveEtcdOnDelete", "skipUnreachable", "wipe", "drain")
+             "resetOnDelete", "leaveEtcdOnDelete", "skipUnreachable", "wipe", "drain", "configView")
 SECRET_OUTPUTS = ("config", "talosconfig", "hubKubeconfig")
 
 
@@ -259,6 +260,48 @@ def outputs(props: dict) -> dict:
     return outs
 
 
+# --- read (pulumi refresh): what the node runs now --------------------------------------------
+
+READ_TIMEOUT = 10.0  # seconds per call when refreshing: a node that does not answer is reported
+DRIFT = "drift: "  # configHash of a node found without this cluster's config; the next up re-applies
+
+
+def observe(props: dict, timeout: float = READ_TIMEOUT) -> str:
+    """"configured" (answers over mTLS with this cluster's identity), "maintenance" (reset out of
+    band), "foreign" (another identity answers) or "unreachable"."""
+    try:
+        node_client(props).version(timeout=timeout)
+        return "configured"
+    except TlsTrustError:
+        pass
+    except (NodeUnreachableError, TalosTimeoutError):
+        return "unreachable"
+    try:
+        maintenance_client(props).discover(timeout=timeout)
+        return "maintenance"
+    except (NodeUnreachableError, TalosTimeoutError):
+        return "unreachable"
+    except TalosError:
+        return "foreign"
+
+
+def read_config_apply(props: dict) -> dict:
+    """The recorded outputs, with configHash marked as drift when the node no longer runs this
+    cluster's config (so the next `pulumi up` applies it again). A node that does not answer
+    keeps its record and is reported."""
+    address = props.get("address")
+    seen = observe(props)
+    if seen == "configured":
+        return props
+    if seen == "unreachable":
+        warn(f"ConfigApply {address}: the node did not answer within {READ_TIMEOUT:g} s; its config was not compared")
+        return props
+    why = ("the node is in maintenance mode (reset out of band)" if seen == "maintenance" else
+           "the node answers with another cluster's identity (reconfigured out of band)")
+    warn(f"ConfigApply {address}: {DRIFT}{why}; the next `pulumi up` applies its config again")
+    return {**props, "configHash": DRIFT + why}
+
+
 class ConfigApplyProvider(ResourceProvider):
     def check(self, olds, news):
         return check_config_apply(news, olds).result()
@@ -274,14 +317,18 @@ class ConfigApplyProvider(ResourceProvider):
             return UpdateResult(outs=outputs(news))  # settings only: nothing to send
         return UpdateResult(outs=converge(news, prefer_mtls=True))
 
+    def read(self, id_, props):
+        return ReadResult(id_=id_, outs=read_config_apply(props))
+
     def delete(self, _id, props):
         teardown(props)
 
 
-class ConfigApply(Resource):
+class ConfigApply(TypedResource, module="talos", name="ConfigApply"):
     """A machine config applied to one machine (its Instance). Outputs: instance, address, role,
-    configHash (sha256 of the config; the config itself is never an output), talosconfig and
-    hubKubeconfig (secrets, for teardown)."""
+    configHash (sha256 of the config; the config itself is never an output), configView (the
+    config as path → value with every secret masked, kontinuum/talos/config_view.py: what a
+    preview shows of a config change), talosconfig and hubKubeconfig (secrets, for teardown)."""
 
     address: pulumi.Output[str]
     configHash: pulumi.Output[str]
@@ -294,6 +341,7 @@ class ConfigApply(Resource):
         config: pulumi.Input[str],
         talosconfig: pulumi.Input[str],
         role: pulumi.Input[str],
+        config_view: pulumi.Input[dict] | None = None,
         instance: str | None = None,
         pool: str | None = None,
         hub_kubeconfig: pulumi.Input[str] | None = None,
@@ -316,6 +364,7 @@ class ConfigApply(Resource):
             "drain": drain,  # cordon and drain its Node before a reset
             "talosPort": talos_port,
             "config": pulumi.Output.secret(config),
+            "configView": config_view,  # redacted: not a secret, so a preview can show it
             "talosconfig": pulumi.Output.secret(talosconfig),
             "role": role,
             "applyTimeout": apply_timeout,

@@ -8,9 +8,9 @@ secret input and never leaves the provider; every exchange is bounded (kontinuum
 from __future__ import annotations
 
 import pulumi
-from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, ResourceProvider, UpdateResult
 
-from providers.common import diff_inputs, with_secret_outputs
+from providers.common import TypedResource, diff_inputs, with_secret_outputs
 
 UPDATE_ON = ("server", "zone", "host", "addresses", "ttl", "keyName", "keyAlgorithm", "keySecret")
 
@@ -60,7 +60,7 @@ class DnsRecordProvider(ResourceProvider):
                        _key(props), timeout=float(props["timeout"]))
 
 
-class DnsRecord(Resource):
+class DnsRecord(TypedResource, module="dns", name="DnsRecord"):
     """Outputs: the inputs (keySecret stays secret)."""
 
     def __init__(self, resource_name: str, *, server: str, zone: str, host: str, addresses: pulumi.Input[list],

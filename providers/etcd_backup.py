@@ -12,12 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pulumi
-from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
 
 from kontinuum.backup import sealed
 from kontinuum.backup.take import take
 from kontinuum.backup.zone import ZoneAccess
-from providers.common import with_secret_outputs
+from providers.common import TypedResource, with_secret_outputs
 from providers.talos_common import Inputs, info
 
 SETTINGS = ("cluster", "stack", "directory", "keep", "onUp", "talosconfig", "secretsYaml", "controlPlanes",
@@ -61,7 +61,7 @@ class EtcdBackupProvider(ResourceProvider):
         return UpdateResult(outs=outs)
 
 
-class EtcdBackup(Resource):
+class EtcdBackup(TypedResource, module="etcd", name="EtcdBackup"):
     """Outputs: key (secret, base64), lastBackup (path of the newest file this resource took)."""
 
     key: pulumi.Output[str]

@@ -9,9 +9,9 @@ resource (uid/generation) and the exposure settings, so a changed Gateway or mod
 from __future__ import annotations
 
 import pulumi
-from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, ResourceProvider, UpdateResult
 
-from providers.common import diff_inputs, with_secret_outputs
+from providers.common import TypedResource, diff_inputs, with_secret_outputs
 
 UPDATE_ON = ("namespace", "name", "mode", "nodeSelector", "pool", "fixed", "trigger", "kubeconfig")
 MODES = ("hostNetwork", "loadBalancer")
@@ -48,7 +48,7 @@ class GatewayAddressProvider(ResourceProvider):
         return UpdateResult(outs=self._wait(news))
 
 
-class GatewayAddress(Resource):
+class GatewayAddress(TypedResource, module="kube", name="GatewayAddress"):
     """Outputs: addresses (the Gateway's reachable IPs, sorted as Cilium or the nodes report them)."""
 
     addresses: pulumi.Output[list]

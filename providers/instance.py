@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 import pulumi
-from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, ReadResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, ReadResult, ResourceProvider, UpdateResult
 
-from providers.common import diff_inputs, with_secret_outputs
+from providers.common import TypedResource, diff_inputs, with_secret_outputs
 
 REPLACE_ON = ("name",)
 UPDATE_ON = ("interfaces", "labels", "talosPort", "probeTimeout", "unregisterOnDelete", "hubKubeconfig")
@@ -92,7 +92,7 @@ class InstanceProvider(ResourceProvider):
             _inventory(props["hubKubeconfig"]).unregister(id_)
 
 
-class Instance(Resource):
+class Instance(TypedResource, module="hub", name="Instance"):
     """A machine in the hub inventory. Outputs: discovered, address, talosVersion, fingerprint
     (of its maintenance certificate; a maintenance apply requires it), links."""
 

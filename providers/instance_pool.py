@@ -11,9 +11,9 @@ releases. check/diff are pure. A changed selector or pool name replaces the pool
 from __future__ import annotations
 
 import pulumi
-from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, ReadResult, ResourceProvider, UpdateResult
 
-from providers.common import diff_inputs, with_secret_outputs
+from providers.common import TypedResource, diff_inputs, why_not_read, with_secret_outputs
 
 REPLACE_ON = ("pool", "selector")
 UPDATE_ON = ("replicas", "machines", "waitSeconds", "hubKubeconfig")
@@ -62,7 +62,11 @@ class InstancePoolProvider(ResourceProvider):
         return CheckResult(news, check_pool(news) + check_keeps_a_member(olds or {}, news))
 
     def diff(self, _id, olds, news):
-        return diff_inputs(olds, news, replace_on=REPLACE_ON, update_on=UPDATE_ON)
+        result = diff_inputs(olds, news, replace_on=REPLACE_ON, update_on=UPDATE_ON)
+        members, replicas = olds.get("members"), news.get("replicas")
+        if isinstance(members, list) and isinstance(replicas, (int, float)) and len(members) < replicas:
+            result.changes = True  # a refresh found claims lost behind our back: claim again
+        return result
 
     def _claim(self, props: dict, previous: list[dict] | None = None) -> dict:
         inv = _inventory(props["hubKubeconfig"])
@@ -82,11 +86,35 @@ class InstancePoolProvider(ResourceProvider):
         # Members keep their slot across updates: the component applies config per slot.
         return UpdateResult(outs=self._claim(news, olds.get("members")))
 
+    def read(self, id_, props):
+        """Refresh: the Instances that still carry this pool's claim. A hub that does not answer
+        keeps the record (reported); lost claims show as fewer members and the next up claims again."""
+
+        try:
+            held = _inventory(props["hubKubeconfig"]).members(id_)
+        except Exception as exc:  # noqa: BLE001 - any failure to read is reported, never fatal
+            _warn(f"InstancePool {id_}: claims not read ({why_not_read(exc)}); kept as recorded")
+            return ReadResult(id_=id_, outs=props)
+        names = {m.name for m in held}
+        lost = sorted({m["name"] for m in props.get("members") or []} - names)
+        if not lost:
+            return ReadResult(id_=id_, outs=props)  # nothing wrong: the record stays as it is
+        _warn(f"InstancePool {id_}: drift: claims no longer held: {', '.join(lost)}; the next up claims again")
+        members = [m for m in props.get("members") or [] if m["name"] in names]
+        return ReadResult(id_=id_, outs={**props, "members": members,
+                                         "readyReplicas": sum(1 for m in members if m.get("discovered"))})
+
     def delete(self, id_, props):
         _inventory(props["hubKubeconfig"]).release(id_)
 
 
-class InstancePool(Resource):
+def _warn(message: str) -> None:
+    from providers.talos_common import warn
+
+    warn(message)
+
+
+class InstancePool(TypedResource, module="hub", name="InstancePool"):
     """Outputs: members [{name, address, discovered}], readyReplicas, released."""
 
     members: pulumi.Output[list]

@@ -20,15 +20,15 @@ import re
 
 import pulumi
 import yaml
-from pulumi.dynamic import CreateResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import CreateResult, ReadResult, ResourceProvider, UpdateResult
 
 from kontinuum.errors import KontinuumError
 from kontinuum.talos import renewal, secrets
 from kontinuum.talos.errors import PermissionDeniedError, TalosError, WrongModeError
 from kontinuum.talos.transport import APID_PORT
 from kontinuum.talos.waits import WAIT_DEFAULTS, NotYet, WaitTimeout, wait_until
-from providers.common import diff_inputs, with_secret_outputs
-from providers.talos_common import Inputs, info, known, node_client
+from providers.common import TypedResource, diff_inputs, with_secret_outputs
+from providers.talos_common import Inputs, info, known, node_client, warn
 
 FETCH_ON = ("address", "talosPort")  # which node to ask; a re-rendered talosconfig is no reason
 UPDATE_ON = (*FETCH_ON, "talosconfig", "timeout", "requestTimeout")
@@ -141,7 +141,8 @@ class KubeconfigProvider(ResourceProvider):
 
     def diff(self, _id, olds, news):
         d = diff_inputs(olds, news, update_on=UPDATE_ON)
-        if not d.changes and _renewal_due(olds, news):
+        # Due for renewal now, or a refresh found it due (valid: false): the update renews it.
+        if not d.changes and (_renewal_due(olds, news) or olds.get("valid") is False):
             d.changes = True
         return d
 
@@ -159,6 +160,15 @@ class KubeconfigProvider(ResourceProvider):
                 info(f"{news['address']}: renewed the admin kubeconfig's client certificate locally")
             return UpdateResult(outs=_with_expiry({**outs, **kept}))
         return UpdateResult(outs=_with_expiry({**outs, **fetch(news)}))
+
+    def read(self, id_, props):
+        """Refresh: a held admin certificate due for renewal is drift (valid: false), which the
+        next up repairs by renewing it locally. Offline: nothing is contacted."""
+        if not _renewal_due(props, props):
+            return ReadResult(id_=id_, outs=props)
+        warn(f"Kubeconfig {props.get('address')}: drift: the admin client certificate is due for renewal; "
+             "the next up renews it")
+        return ReadResult(id_=id_, outs={**props, "valid": False})
 
 
 SETTINGS = (*UPDATE_ON, "secretsYaml", "renewBeforeDays")
@@ -185,7 +195,7 @@ def _with_expiry(outs: dict) -> dict:
     return {**outs, "kubeconfigExpires": expires}
 
 
-class Kubeconfig(Resource):
+class Kubeconfig(TypedResource, module="talos", name="Kubeconfig"):
     """Outputs: kubeconfig (secret, admin), endpoint (the apiserver URL in it, not secret),
     kubernetesVersion (what GET /version answered), kubeconfigExpires (RFC 3339 UTC)."""
 

@@ -7,10 +7,11 @@ depend on it, so a refused diff stops the run before them.
 from __future__ import annotations
 
 import pulumi
-from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
 
 from kontinuum.errors import ConfigError
 from kontinuum.lifecycle import versions
+from providers.common import TypedResource
 from providers.talos_common import Inputs, known
 
 
@@ -42,7 +43,7 @@ class KubernetesVersionProvider(ResourceProvider):
         return UpdateResult(outs=dict(news))
 
 
-class KubernetesVersion(Resource):
+class KubernetesVersion(TypedResource, module="talos", name="KubernetesVersion"):
     version: pulumi.Output[str]
 
     def __init__(self, resource_name: str, *, zone: str, version: str, config_path: str,

@@ -8,9 +8,9 @@ revision waits again.
 from __future__ import annotations
 
 import pulumi
-from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, ResourceProvider, UpdateResult
 
-from providers.common import diff_inputs, with_secret_outputs
+from providers.common import TypedResource, diff_inputs, with_secret_outputs
 
 UPDATE_ON = ("namespace", "selector", "minPods", "revision", "kubeconfig")
 
@@ -40,7 +40,7 @@ class PodsHealthyProvider(ResourceProvider):
         return UpdateResult(outs=self._wait(news))
 
 
-class PodsHealthy(Resource):
+class PodsHealthy(TypedResource, module="kube", name="PodsHealthy"):
     healthyPods: pulumi.Output[int]
 
     def __init__(self, resource_name: str, *, kubeconfig: pulumi.Input[str], namespace: str, what: str,

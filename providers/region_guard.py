@@ -10,9 +10,9 @@ fails the same way, before anything is touched. Removing some zones stays a norm
 from __future__ import annotations
 
 import pulumi
-from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, ResourceProvider, UpdateResult
 
-from providers.common import diff_inputs
+from providers.common import TypedResource, diff_inputs
 
 SWITCH = "kontinuum:allowEmptyRegion"
 
@@ -43,7 +43,7 @@ class RegionGuardProvider(ResourceProvider):
         return UpdateResult(outs=news)
 
 
-class RegionGuard(Resource):
+class RegionGuard(TypedResource, module="kontinuum", name="RegionGuard"):
     def __init__(self, resource_name: str, *, region: str, zones: list[str], allow_empty: bool,
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__(RegionGuardProvider(), resource_name,

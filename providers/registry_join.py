@@ -11,12 +11,14 @@ own registration, not ours.
 from __future__ import annotations
 
 import pulumi
-from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, ReadResult, ResourceProvider, UpdateResult
 
-from providers.common import diff_inputs, with_secret_outputs
+from providers.common import TypedResource, diff_inputs, why_not_read, with_secret_outputs
 
 UPDATE_ON = ("region", "zone", "trigger", "maxHeartbeatAge", "hubKubeconfig", "zoneKubeconfig")
 SECRET_INPUTS = ("hubKubeconfig", "zoneKubeconfig")
+FRESH = 300.0  # seconds: on refresh, an older heartbeat (without maxHeartbeatAge) is drift
+READ_TIMEOUT = 10.0
 
 
 def check_registry_join(news: dict) -> list[CheckFailure]:
@@ -36,7 +38,10 @@ class RegistryJoinProvider(ResourceProvider):
         return CheckResult(news, check_registry_join(news))
 
     def diff(self, _id, olds, news):
-        return diff_inputs(olds, news, update_on=UPDATE_ON)
+        result = diff_inputs(olds, news, update_on=UPDATE_ON)
+        if olds.get("joined") is False:
+            result.changes = True  # a refresh found the heartbeat stale: wait for it again
+        return result
 
     def _wait(self, props: dict, *, after_rollout: bool) -> dict:
         from kontinuum.hub.registry import wait_joined  # only where a wait runs (kubernetes client)
@@ -55,10 +60,34 @@ class RegistryJoinProvider(ResourceProvider):
 
     def update(self, _id, _olds, news):
         # The footprint changed: the old pods heartbeat until replaced; only the new revision counts.
+        # (With no new revision, e.g. after a stale heartbeat, the rollout is done and a fresh beat counts.)
         return UpdateResult(outs=self._wait(news, after_rollout=True))
 
+    def read(self, id_, props):
+        """Refresh: is the zone's heartbeat still fresh (maxHeartbeatAge, else FRESH seconds, by
+        the hub's clock)? A stale one is drift (joined: false; the next up waits for it again);
+        a hub that does not answer keeps the record and is reported."""
+        from kontinuum.hub.registry import Registry, find_joined
+        from providers.talos_common import warn
 
-class RegistryJoin(Resource):
+        try:
+            registry = Registry.from_kubeconfig(props["hubKubeconfig"], timeout=READ_TIMEOUT)
+            try:
+                items, now = registry.list_at()
+            finally:
+                registry.close()
+        except Exception as exc:  # noqa: BLE001 - any failure to read is reported, never fatal
+            warn(f"RegistryJoin {id_}: the hub registry was not read ({why_not_read(exc)}); kept as recorded")
+            return ReadResult(id_=id_, outs=props)
+        max_age = float(props.get("maxHeartbeatAge") or FRESH)
+        joined, seen = find_joined(items, props["region"], props["zone"], now=now, max_age=max_age)
+        if joined is None:
+            warn(f"RegistryJoin {id_}: drift: {seen}")
+            return ReadResult(id_=id_, outs={**props, "joined": False})
+        return ReadResult(id_=id_, outs=props)  # fresh: the recorded join stands (no noise in drift checks)
+
+
+class RegistryJoin(TypedResource, module="hub", name="RegistryJoin"):
     """Outputs: joined (true), heartbeat (RFC 3339, the one observed at join), kontinuum (its name), endpoint."""
 
     joined: pulumi.Output[bool]

@@ -13,12 +13,12 @@ node.
 from __future__ import annotations
 
 import pulumi
-from pulumi.dynamic import CreateResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import CreateResult, ResourceProvider, UpdateResult
 
 from kontinuum.errors import ConfigError
 from kontinuum.talos import renewal, secrets, talosconfig
 from kontinuum.talos.pki import CertKey
-from providers.common import diff_inputs, with_secret_outputs
+from providers.common import TypedResource, diff_inputs, with_secret_outputs
 from providers.talos_common import Inputs, known
 
 UPDATE_ON = ("clusterName", "endpoints")
@@ -115,7 +115,7 @@ def _outputs(props: dict, secrets_yaml: str, bundle: secrets.SecretsBundle, clie
     }
 
 
-class TalosSecrets(Resource):
+class TalosSecrets(TypedResource, module="talos", name="TalosSecrets"):
     """Outputs: secretsYaml (talosctl format) and talosconfig (context = cluster_name, endpoints =
     endpoints, os:admin certificate renewed within renewBeforeDays of expiry), both secret;
     talosconfigExpires (RFC 3339 UTC, not secret)."""

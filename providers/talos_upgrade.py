@@ -14,12 +14,12 @@ delete: nothing (the machine leaves through its ConfigApply).
 from __future__ import annotations
 
 import pulumi
-from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
 
 from kontinuum.errors import ConfigError
 from kontinuum.lifecycle import talos_upgrade, versions
 from kontinuum.talos.transport import APID_PORT
-from providers.common import with_secret_outputs
+from providers.common import TypedResource, with_secret_outputs
 from providers.config_apply import ROLES
 from providers.talos_common import Inputs, cluster_kubeconfig, info, known, node_client
 
@@ -112,7 +112,7 @@ class TalosUpgradeProvider(ResourceProvider):
         pass  # the machine's version is its own; leaving the zone is ConfigApply's delete
 
 
-class TalosUpgrade(Resource):
+class TalosUpgrade(TypedResource, module="talos", name="TalosUpgrade"):
     """Keeps one machine on the zone's Talos version. Output `version`: what it runs."""
 
     version: pulumi.Output[str]

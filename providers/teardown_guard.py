@@ -10,11 +10,11 @@ retained on delete, so it never runs.
 from __future__ import annotations
 
 import pulumi
-from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, ResourceProvider, UpdateResult
 
 from kontinuum.errors import KontinuumError
 from kontinuum.talos.waits import NotYet, WaitTimeout, wait_until
-from providers.common import diff_inputs, with_secret_outputs
+from providers.common import TypedResource, diff_inputs, with_secret_outputs
 
 UPDATE_ON = ("kubeconfig", "zone", "timeout", "skipUnreachable", "remedy")
 PROBE_TIMEOUT = 5.0  # seconds for one request
@@ -76,7 +76,7 @@ class TeardownGuardProvider(ResourceProvider):
         ensure_reachable(props)
 
 
-class TeardownGuard(Resource):
+class TeardownGuard(TypedResource, module="kube", name="TeardownGuard"):
     def __init__(self, resource_name: str, *, kubeconfig: pulumi.Input[str], zone: str, timeout: float,
                  skip_unreachable: bool, remedy: str, opts: pulumi.ResourceOptions | None = None):
         """remedy: what to do when the cluster is gone for good (names the stack config key)."""

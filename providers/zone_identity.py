@@ -9,10 +9,10 @@ this resource on purpose), after which the hub certificate Secret is rewritten w
 from __future__ import annotations
 
 import pulumi
-from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, DiffResult, Resource, ResourceProvider
+from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, DiffResult, ResourceProvider
 
 from kontinuum import zone_identity
-from providers.common import with_secret_outputs
+from providers.common import TypedResource, with_secret_outputs
 
 SECRET_OUTPUTS = ("privateKeyPem",)
 
@@ -40,7 +40,7 @@ class ZoneIdentityProvider(ResourceProvider):
         })
 
 
-class ZoneIdentity(Resource):
+class ZoneIdentity(TypedResource, module="hub", name="ZoneIdentity"):
     """Outputs: privateKeyPem (secret), certificatePem, thumbprint (SHA-256 of the cert DER, hex), commonName."""
 
     privateKeyPem: pulumi.Output[str]

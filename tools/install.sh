@@ -55,6 +55,9 @@ version_of() {
     kwok) "$2" --version 2>/dev/null | sed -n 's/.*kwok version \(v[^ ]*\).*/\1/p' ;;
     pebble) "$2" -version 2>/dev/null | sed -n 's/^Pebble version: //p' ;;
     cert-manager-*) "$2" --version 2>/dev/null | head -n1 ;;
+    # `weed version` prints "version 30GB 4.53 <COMMIT> linux amd64"; our build stamps the
+    # module version into COMMIT.
+    weed) "$2" version 2>/dev/null | sed -n 's/^version .* \(v[0-9][^ ]*\) [a-z0-9]* [a-z0-9]*$/\1/p' ;;
   esac
 }
 
@@ -230,6 +233,17 @@ build_cert_manager_pair() { # controller and webhook share one build (tools/buil
   cp "$dir/${component#cert-manager-}" "$1/$component"
 }
 
+build_weed() ( # a subshell: its EXIT trap cleans up and cannot fire later
+  # The module's go.mod carries a replace directive, which `go install mod@version` refuses:
+  # it is built as the main module from a writable copy.
+  local mod="github.com/seaweedfs/seaweedfs" src work
+  src=$(go mod download -json "$mod@$SEAWEEDFS_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+  work=$(mktemp -d); trap 'chmod -R u+w "$work"; rm -rf "$work"' EXIT
+  cp -r "$src/go.mod" "$src/go.sum" "$src/weed" "$src/telemetry" "$work"; chmod -R u+w "$work"
+  (cd "$work" && go build -trimpath -ldflags "-s -w -X $mod/weed/util/version.COMMIT=$SEAWEEDFS_VERSION" \
+    -o "$1/weed" ./weed)
+)
+
 # Optional arguments name a subset of tools to provide (default: all of them).
 wanted=" ${*:-all} "
 want() { [[ $wanted == *" all "* || $wanted == *" $1 "* ]]; }
@@ -251,6 +265,7 @@ done
 for component in cert-manager-controller cert-manager-webhook; do
   want "$component" && provide "$component" "$CERT_MANAGER_VERSION" build_cert_manager_pair
 done
+want weed && provide weed "$SEAWEEDFS_VERSION" build_weed
 want kontinuum-talos-validate && provide kontinuum-talos-validate "$TALOS_MACHINERY_VERSION" build_talos_validate
 # Our dynamic-provider launcher is not a shared tool: tools/pulumi puts this checkout's
 # tools/plugins on PATH. (Earlier versions linked it here, tying the cache to one checkout.)

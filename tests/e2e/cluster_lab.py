@@ -91,8 +91,13 @@ def zone(name: str, cps: list[str], workers: dict[str, list[str]] | None = None,
 
 
 def write_config(stack: Stack, lab_state: Path, z: dict) -> None:
-    stack.write_config_file({"config": {
-        "kontinuum:region": REGION,
+    stack.write_config_file(stack_config(lab_state, z))
+
+
+def stack_config(lab_state: Path, z: dict, region: str = REGION) -> dict:
+    """A lab stack file's content: one zone of `region` on the lab at lab_state."""
+    return {"config": {
+        "kontinuum:region": region,
         "kontinuum:hubKubeconfigFile": str(lab_state / "hub" / "kubeconfig"),
         "kontinuum:hub": {"dnsDomain": "kontinuum.test", "grpcEndpoint": "hub.kontinuum.test:443",
                           "acme": {"email": "ops@kontinuum.test", "server": "https://acme.kontinuum.test/directory"},
@@ -105,7 +110,7 @@ def write_config(stack: Stack, lab_state: Path, z: dict) -> None:
             "timeouts": TIMEOUTS,
         },
         "kontinuum:zones": [z],
-    }})
+    }}
 
 
 def new_stack(tmp: Path, lab_state: Path, z: dict) -> Stack:
@@ -133,7 +138,7 @@ def events(path: Path) -> list[dict]:
 def member(zone_name: str, address: str) -> str:
     """URN suffix of a machine's ConfigApply: a TalosCluster child named after its Instance (the
     Instance itself, a child of the Zone, has the same name)."""
-    return f"TalosCluster$pulumi-python:dynamic:Resource::{instance_name(REGION, zone_name, address)}"
+    return f"TalosCluster$pulumi-python:dynamic/talos:ConfigApply::{instance_name(REGION, zone_name, address)}"
 
 
 def seq(evs: list[dict], kind: str, urn_suffix: str) -> int:

@@ -68,9 +68,8 @@ def planned(stack) -> list[tuple[str, str, str]]:
         if s["op"] == "same":
             continue
         qualified, name = s["urn"].rsplit("::", 2)[-2:]
-        kind = qualified.rsplit("$", 1)[-1]
-        if kind == "pulumi-python:dynamic:Resource" and re.search(r"-[0-9a-f]{8}$", name):
-            kind = "member" if qualified.endswith("TalosCluster$" + kind) else "instance"
+        kind = {"pulumi-python:dynamic/talos:ConfigApply": "member", "pulumi-python:dynamic/hub:Instance": "instance"
+                }.get(qualified.rsplit("$", 1)[-1], qualified.rsplit("$", 1)[-1])
         steps.append((s["op"], kind, name))
     return steps
 

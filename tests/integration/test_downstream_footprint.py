@@ -175,7 +175,7 @@ _MOCK_PROGRAM = textwrap.dedent('''
     class Mocks(pulumi.runtime.Mocks):
         def new_resource(self, args):
             outs = dict(args.inputs)
-            if args.typ == "pulumi-python:dynamic:Resource" and args.name.endswith("-zone-identity"):
+            if args.typ == "pulumi-python:dynamic/hub:ZoneIdentity" and args.name.endswith("-zone-identity"):
                 from providers.zone_identity import ZoneIdentityProvider
                 outs.update(ZoneIdentityProvider().create({"region": "eu", "zone": "eu-1a"}).outs)
             if args.name.endswith("-certificate-ready"):

@@ -25,6 +25,7 @@ TOOLS = {
     "kube-controller-manager": PINS["KUBERNETES_VERSION"],
     "kube-scheduler": PINS["KUBERNETES_VERSION"],
     "kwok": PINS["KWOK_VERSION"],
+    "weed": PINS["SEAWEEDFS_VERSION"],
     "kontinuum-talos-validate": PINS["TALOS_MACHINERY_VERSION"],
     "pebble": PINS["PEBBLE_VERSION"],
     "pebble-challtestsrv": PINS["PEBBLE_VERSION"],
@@ -44,6 +45,7 @@ case $name in
   etcdutl) body="printf 'etcdutl version: %s\\nAPI version: 3.6\\n' ${version#v}" ;;
   kube-*) body="echo 'Kubernetes $version'" ;;
   kwok) body="echo 'kwok version $version go1.26'" ;;
+  weed) body="echo 'version 30GB 4.53 $version linux amd64'" ;;
   *) body="exit 0" ;;
 esac
 printf '#!/bin/sh\n%s\n' "$body" >"$out/$name"
@@ -145,9 +147,10 @@ def test_older_other_major_or_unknown_engine_on_path_is_not_used(machine, report
 def test_exact_pin_required_for_other_tools_on_path(machine):
     machine.on_path("etcd", "echo 'etcd Version: 3.5.0'")
     good = machine.on_path("kwok", f"echo 'kwok version {PINS['KWOK_VERSION']} go1.26'")
-    out = machine.run("etcd", "kwok")
+    machine.on_path("weed", "echo 'version 30GB 4.53 v0.0.0-20250101000000-000000000000 linux amd64'")
+    out = machine.run("etcd", "kwok", "weed")
     assert out.returncode == 0, out.stderr
-    assert machine.built() == ["etcd"]
+    assert machine.built() == ["etcd", "weed"]  # an S3 server of another commit is not the pinned one
     assert (machine.bin() / "kwok").resolve() == good
 
 

@@ -1,0 +1,88 @@
+"""A real S3-compatible server for the shared-state tests: SeaweedFS (`weed mini`, pinned in
+tools/versions.env) on one loopback address, one bucket, one access key, nothing else
+(no WebDAV, no admin UI, no telemetry). It stops by itself after `ttl` seconds and is stopped
+when the context ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+S3_PORT = 8333
+START_TIMEOUT = 90.0  # seconds for the gateway to accept connections (a loaded machine)
+
+
+@dataclass(frozen=True)
+class S3Server:
+    address: str
+    bucket: str
+    access_key: str
+    secret_key: str
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.address}:{S3_PORT}"
+
+    def backend_url(self, prefix: str = "") -> str:
+        """Pulumi's DIY `s3://` backend URL for this server (gocloud.dev s3blob parameters)."""
+        path = f"/{prefix.strip('/')}" if prefix else ""
+        return f"s3://{self.bucket}{path}?endpoint={self.endpoint}&use_path_style=true&region=us-east-1"
+
+    def env(self) -> dict[str, str]:
+        return {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key,
+                "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+def _answers(address: str, port: int) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+@contextmanager
+def running_s3(state: Path, *, address: str, bucket: str = "kontinuum-state", ttl: float = 1800):
+    weed = shutil.which("weed")
+    if weed is None:
+        raise RuntimeError("weed is not on PATH: run `tools/install.sh weed` (make tools)")
+    state.mkdir(parents=True, exist_ok=True)
+    server = S3Server(address, bucket, "kontinuum-ci", os.urandom(16).hex())
+    config = state / "s3.json"
+    config.write_text(json.dumps({"identities": [{
+        "name": "ci", "credentials": [{"accessKey": server.access_key, "secretKey": server.secret_key}],
+        "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
+    config.chmod(0o600)
+    argv = ["timeout", "-s", "KILL", str(int(ttl)), weed, "mini", f"-dir={state / 'data'}", f"-ip={address}",
+            f"-ip.bind={address}", f"-bucket={bucket}", f"-s3.config={config}", "-webdav=false", "-admin.ui=false",
+            "-master.telemetry=false"]
+    (state / "data").mkdir(exist_ok=True)
+    log = (state / "weed.log").open("w")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while not _answers(address, S3_PORT):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"weed mini did not serve S3 on {address}:{S3_PORT}: "
+                                   f"{(state / 'weed.log').read_text()[-2000:]}")
+            time.sleep(0.5)
+        yield server
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=20)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        log.close()

@@ -1,0 +1,46 @@
+"""The CI examples in ci/ (issue 20): they parse, run the preview command the e2e test runs
+(tests/e2e/test_ci_engine.py) with flags the CLI accepts, and take every secret from the CI's
+secret store."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kontinuum.cli import preview
+
+ROOT = Path(__file__).parents[2]
+FILES = sorted((ROOT / "ci").glob("*.yml"))
+
+
+def test_there_are_examples_for_two_ci_systems():
+    assert [f.name for f in FILES] == ["github-actions.yml", "gitlab-ci.yml"]
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_the_preview_command_is_the_tested_one(path):
+    text = path.read_text()
+    yaml.safe_load(text)
+    (line,) = {m.group(0) for m in re.finditer(r"venv/bin/python -m kontinuum preview [^\n$]*", text)}
+    argv = shlex.split(line.replace("\\", ""))[4:]
+    parser = argparse.ArgumentParser()
+    preview.add_arguments(parser)
+    args = parser.parse_args(argv)  # SystemExit on a flag the CLI does not know
+    assert args.all and args.markdown and args.json
+    assert "--refresh --expect-no-changes" in text  # the drift job
+    assert "tools/pulumi --non-interactive up --yes --stack" in text
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_secrets_come_from_the_ci_store(path):
+    text = path.read_text()
+    for key in ("AWS_SECRET_ACCESS_KEY", "PASSPHRASE"):
+        for m in re.finditer(rf"{key}\S*:\s*([^\n}}]+)", text):
+            value = m.group(1).strip().strip("\"'")
+            assert value.startswith(("${{ secrets.", "$KONTINUUM_")), m.group(0)
+    assert "PULUMI_CONFIG_PASSPHRASE:" not in text  # only ever the file

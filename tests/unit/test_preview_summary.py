@@ -1,0 +1,127 @@
+"""The region preview summary (issue 20): what a plan means, path-precise config diffs with
+every secret of the bundle masked, and the CLI's exit codes for bad input without an engine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kontinuum.preview_summary import markdown, summarize
+from kontinuum.talos import config_view, machineconfig as mc, secrets
+
+FIXTURE = Path(__file__).parent / "fixtures" / "talosctl-secrets.yaml"
+BASE = "urn:pulumi:eu::kontinuum::kontinuum:index:Zone$kontinuum:index:TalosCluster$"
+
+
+@pytest.fixture(scope="module")
+def bundle() -> secrets.SecretsBundle:
+    return secrets.load(FIXTURE.read_text())
+
+
+def render(bundle, **patch) -> str:
+    spec = mc.ClusterSpec(name="eu-1a", endpoint="https://10.0.0.5:6443", kubernetes_version="1.34.1",
+                          control_plane=mc.PoolSpec(mc.CONTROLPLANE, 1), workers=(), **patch)
+    return mc.render(spec, bundle, pool="controlplane").decode()
+
+
+def step(op: str, rtype: str, name: str, old: dict | None = None, new: dict | None = None,
+         parent: str = BASE) -> dict:
+    s = {"op": op, "urn": f"{parent}{rtype}::{name}"}
+    if old is not None:
+        s["oldState"] = {"inputs": old, "outputs": old}
+    if new is not None:
+        s["newState"] = {"inputs": new}
+    return s
+
+
+def test_the_view_masks_every_secret_of_the_bundle_and_shows_a_rotation(bundle):
+    text = render(bundle)
+    view = config_view.view(text, bundle)
+    shown = json.dumps(view)
+    for value in secrets.secret_values(bundle):
+        assert value not in shown
+    assert view["cluster.secretboxEncryptionSecret"].startswith("[secret ")
+    assert view["machine.install.image"] == "ghcr.io/siderolabs/installer:v1.13.0"
+    rotated = secrets.generate()
+    other = config_view.view(render(rotated), bundle)  # same key, other secret: another tag
+    assert other["cluster.secretboxEncryptionSecret"] != view["cluster.secretboxEncryptionSecret"]
+    assert other["cluster.secretboxEncryptionSecret"].startswith("[secret ")
+
+
+def test_a_patch_adding_a_secret_by_value_is_masked_too(bundle):
+    text = render(bundle) + "---\napiVersion: v1alpha1\nkind: ExtraThing\nname: x\nnote: " + \
+        bundle.bootstrap_token + "\n"
+    view = config_view.view(text, bundle)
+    assert view["ExtraThing[x].note"].startswith("[secret ")
+    assert bundle.bootstrap_token not in json.dumps(view)
+
+
+def test_summary_names_zones_nodes_config_paths_and_upgrades(bundle):
+    old_view = config_view.view(render(bundle), bundle)
+    new_view = {**old_view, "machine.kubelet.extraArgs.max-pods": "250",
+                "machine.install.image": "ghcr.io/siderolabs/installer:v1.13.1",
+                "cluster.secretboxEncryptionSecret": "[secret 00000000]"}
+    node = {"address": "10.0.0.5", "pool": "controlplane", "configView": old_view, "applyTimeout": 600,
+            "config": "[secret]"}
+    plan = {"changeSummary": {"same": 10, "update": 1, "create": 3, "delete": 2},
+            "steps": [
+                step("update", "pulumi-python:dynamic/talos:ConfigApply", "eu-a-0a1b2c3d", node,
+                     {**node, "configView": new_view, "applyTimeout": 900}),
+                step("create", "kontinuum:index:Zone", "eu-b", parent="urn:pulumi:eu::kontinuum::"),
+                step("create", "pulumi-python:dynamic/talos:ConfigApply", "eu-b-11112222", None,
+                     {"address": "10.0.1.11", "pool": "controlplane"}),
+                step("delete", "kontinuum:index:Zone", "eu-c", {}, None, parent="urn:pulumi:eu::kontinuum::"),
+                step("delete", "pulumi-python:dynamic/talos:ConfigApply", "eu-c-33334444",
+                     {"address": "10.0.2.11", "pool": "general"}),
+                step("update", "pulumi-python:dynamic/talos:Kubeconfig", "eu-a-kubeconfig", {}, {}),
+            ]}
+    s = summarize("eu", plan, region="eu", zones=["a", "b"])
+    assert (s.zones_added, s.zones_removed, s.zones_changed) == (["b"], ["c"], ["a"])
+    assert [(n.zone, n.node) for n in s.nodes_reset] == [("c", "10.0.2.11")]
+    assert [(n.zone, n.node) for n in s.nodes_joining] == [("b", "10.0.1.11")]
+    (changed,) = s.configs_changed
+    assert "machine.kubelet.extraArgs.max-pods: ∅ → 250" in changed.paths
+    assert "applyTimeout: 600 → 900" in changed.paths
+    assert any(p.startswith("cluster.secretboxEncryptionSecret: [secret ") and p.endswith("→ [secret 00000000]")
+               for p in changed.paths)
+    assert s.upgrades == ["a 10.0.0.5 (controlplane): machine.install.image: ghcr.io/siderolabs/installer:v1.13.0"
+                          " → ghcr.io/siderolabs/installer:v1.13.1"]
+    assert s.certificates == ["a: eu-a-kubeconfig (update)"]
+    text = markdown(s)
+    assert "Nodes to be reset" in text and "10.0.2.11" in text and s.status == "changes"
+    for value in secrets.secret_values(bundle):
+        assert value not in text
+
+
+def test_no_changes(bundle):
+    s = summarize("eu", {"changeSummary": {"same": 38}, "steps": []}, region="eu", zones=["eu-1a"])
+    assert s.status == "no-changes" and "no changes" in markdown(s)
+
+
+def test_bad_input_exits_3_before_any_engine_or_backend(tmp_path, capsys, monkeypatch):
+    from kontinuum import preview_runner
+    from kontinuum.__main__ import main
+
+    monkeypatch.setattr(preview_runner, "list_stacks", lambda **kw: pytest.fail("the backend was asked"))
+    (tmp_path / "Pulumi.broken.yaml").write_text("config:\n  kontinuum:region: [\n")
+    (tmp_path / "Pulumi.typo.yaml").write_text("config:\n  kontinuum:regoin: eu\n")
+    assert main(["preview", "--stack", "nope", "--stacks-dir", str(tmp_path)]) == 3
+    assert "unknown stack 'nope'" in capsys.readouterr().err
+    out = tmp_path / "s.json"
+    assert main(["preview", "--all", "--stacks-dir", str(tmp_path), "--json", str(out)]) == 3
+    text = capsys.readouterr().out
+    assert "not valid YAML at line 3" in text and "regoin" in text
+    assert {s["stack"]: s["status"] for s in json.loads(out.read_text())["regions"]} == {
+        "broken": "invalid", "typo": "invalid"}
+
+
+def test_addon_helm_values_diff_by_path_and_secret_values_stay_masked():
+    old = {"values": {"operator": {"replicas": 1}, "hubble": {"enabled": False}, "token": "[secret]"}}
+    new = {"values": {"operator": {"replicas": 2}, "hubble": {"enabled": False}, "token": "[secret]",
+                      "extra": ["a"]}}
+    plan = {"changeSummary": {"update": 1}, "steps": [step("update", "kubernetes:helm.sh/v3:Release", "eu-a-cilium",
+                                                            old, new)]}
+    s = summarize("eu", plan, region="eu", zones=["a"])
+    assert s.addon_values == ["a eu-a-cilium: extra[0]: ∅ → a", "a eu-a-cilium: operator.replicas: 1 → 2"]
