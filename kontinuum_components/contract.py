@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 from kontinuum.talos import support
 from kontinuum.talos.machineconfig import TALOS_VERSION
 from kontinuum.talos.waits import WAIT_DEFAULTS
+from kontinuum_components.flux_contract import FLUX
 from kontinuum_components.schema import ANY, Bool, Format, Int, List, Map, Num, Obj, OneOf, Str, without
 
 DEFAULT_KUBERNETES_VERSION = "v1.35.4"
@@ -44,6 +45,7 @@ DEFAULT_TIMEOUTS = {
     "gateway": 300,
     "certificate": 600,
     "registryJoin": 600,
+    "flux": 600,
     "teardown": int(WAIT_DEFAULTS.reset),
 }
 
@@ -260,6 +262,7 @@ ZONE = Obj({
     }, "what every zone cluster gets"),
     "ingress": INGRESS,
     "dns": DNS,
+    "flux": FLUX,
     "serverImage": Str("kontinuum-server image of the zone footprint", default=DEFAULT_SERVER_IMAGE, format=IMAGE),
     "unregisterInstancesOnDelete": Bool("on teardown also delete the hub Instances (default: only release them)",
                                         default=False),

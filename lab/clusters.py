@@ -33,7 +33,8 @@ import yaml
 from kubernetes import client
 
 from kontinuum.talos.pki import CertKey
-from lab import kwok
+from lab import kwok, pod_network
+from lab.flux_operator import OperatorRunner
 from lab.controlplane import ClusterPKI, ControlPlane
 from lab.process import Managed
 from lab.standins.loop import REQUEST_TIMEOUT, api_client, describe
@@ -302,6 +303,7 @@ class ClusterRunner:
         self.state = "starting"
         self.control_plane: ControlPlane | None = None
         self.kwok: Managed | None = None
+        self.flux: OperatorRunner | None = None  # the real Flux Operator, while its pod runs
         self.standins: list = []
         self.kubeconfig_path = self.workdir / "admin.kubeconfig"
         self._api: client.ApiClient | None = None
@@ -346,6 +348,8 @@ class ClusterRunner:
         procs = list(self.control_plane.processes) if self.control_plane else []
         if self.kwok is not None:
             procs.append(self.kwok)
+        if self.flux is not None and self.flux.process is not None:
+            procs.append(self.flux.process)
         return {f"{self.name}/{p.name}": p.pid for p in procs if p.running() and p.pid}
 
     def _run(self) -> None:
@@ -390,6 +394,7 @@ class ClusterRunner:
         with os.fdopen(fd, "w") as f:
             f.write(cp.admin_kubeconfig())
         self._api = api_client(self.kubeconfig_path)
+        self.flux = OperatorRunner(self.workdir, self.kubeconfig_path, address=self.address, cluster=self.name)
         self.kwok = kwok.start(self.workdir, self.kubeconfig_path, cluster=self.name,
                                node_ip=self.host.address, pod_cidr=self.config.pod_subnet)
         self._tick()  # register the members before anyone asks the probe
@@ -411,6 +416,8 @@ class ClusterRunner:
             )
 
     def _stop_processes(self) -> None:
+        if self.flux is not None:
+            self.flux.stop()
         if self.kwok is not None:
             self.kwok.stop()
             self.kwok = None
@@ -482,6 +489,9 @@ class ClusterRunner:
                 self._annotate(core, name, {kwok.MANAGED_ANNOTATION: None, kwok.CNI_READY_ANNOTATION: None})
                 log.info("cluster %s: Node %s (%s) left; kwok no longer plays its kubelet", self.name, name, address)
         self._reconcile_cni(core, nodes)
+        pod_network.reconcile(core, nodes)  # seed 002: host-network clients of the Service ClusterIP
+        if self.flux is not None:
+            self.flux.reconcile(core)
 
     def _reconcile_cni(self, core: client.CoreV1Api, nodes: dict) -> None:
         pods = core.list_namespaced_pod(CNI_NAMESPACE, label_selector=CNI_SELECTOR, _request_timeout=REQUEST_TIMEOUT).items

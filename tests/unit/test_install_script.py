@@ -25,6 +25,7 @@ TOOLS = {
     "kube-scheduler": PINS["KUBERNETES_VERSION"],
     "kwok": PINS["KWOK_VERSION"],
     "kontinuum-talos-validate": PINS["TALOS_MACHINERY_VERSION"],
+    "flux-operator": PINS["FLUX_OPERATOR_VERSION"],
 }
 
 # A stand-in builder: leaves a binary that reports its version the way the real one does.
