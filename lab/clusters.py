@@ -405,10 +405,12 @@ class ClusterRunner:
     def _start_standins(self) -> None:
         from lab.standins.cert_issuer import CertIssuer
         from lab.standins.gateway import GatewayStandin
+        from lab.standins.git_source import GitSource
         from lab.standins.kontinuum_server import KontinuumServer
 
         self.standins.append(CertIssuer(self.kubeconfig_path, cluster=self.name).start())
         self.standins.append(GatewayStandin(self.kubeconfig_path, cluster=self.name).start())
+        self.standins.append(GitSource(self.kubeconfig_path, cluster=self.name).start())
         if self.hub_kubeconfig is not None:
             # Region and zone come from the zone's kontinuum-env ConfigMap; these are fallbacks only.
             self.standins.append(
