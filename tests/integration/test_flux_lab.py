@@ -17,6 +17,7 @@ from kontinuum.talos import secrets
 from lab import crds as lab_crds
 from lab import flux_operator
 from lab.clusters import ClusterManager
+from lab.git_server import GitServer, init_repo
 from lab.process import wait_until
 from lab.talos_node import Lab
 from tests.integration.test_lab_clusters import configure, core_api, is_ready, talos
@@ -110,14 +111,23 @@ def operator_deployment(namespace: str, env) -> dict:
                                          "env": env}]}}}}
 
 
-def test_real_flux_operator_reconciles_the_instance_once_its_pod_runs(zone):
+def test_real_flux_operator_reconciles_the_instance_once_its_pod_runs(zone, tmp_path):
     kubeconfig, api, mgr = zone
+    sha = init_repo(tmp_path, "fleet", {"clusters/lab/a/kustomization.yaml": "resources: []\n"})
+    server = GitServer(tmp_path, "127.0.43.201").start()
+    try:
+        _reconciles(kubeconfig, api, mgr, server.url("fleet"), sha)
+    finally:
+        server.stop()
+
+
+def _reconciles(kubeconfig, api, mgr, url, sha):
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     lab_crds.apply(api, [yaml.safe_load(p.read_text()) for p in flux_operator.crd_files()])
     ensure_namespace(core, "flux-system")
     manifest = flux.instance_manifest(
         namespace="flux-system", version="2.9.x", registry="ghcr.io/fluxcd", components=["source-controller",
-        "kustomize-controller"], kind="GitRepository", url="ssh://git@127.0.43.201/fleet.git", ref="refs/heads/main",
+        "kustomize-controller"], kind="GitRepository", url=url, ref="refs/heads/main",
         path="clusters/lab/a", interval="1m", pull_secret=None, suspend_apps=True, apps=["apps"])
 
     # Without the override the operator's pod crash-loops on the ClusterIP: the wait says so.
@@ -142,10 +152,21 @@ def test_real_flux_operator_reconciles_the_instance_once_its_pod_runs(zone):
     custom = client.CustomObjectsApi(api)
     repo = custom.get_namespaced_custom_object("source.toolkit.fluxcd.io", "v1", "flux-system", "gitrepositories",
                                                "flux-system", _request_timeout=T)
-    assert repo["spec"]["url"] == "ssh://git@127.0.43.201/fleet.git" and repo["spec"]["ref"] == {"name": "refs/heads/main"}
+    assert repo["spec"]["url"] == url and repo["spec"]["ref"] == {"name": "refs/heads/main"}
+    wait_until("the source stand-in to resolve the ref on the Git server", lambda: (custom.get_namespaced_custom_object(
+        "source.toolkit.fluxcd.io", "v1", "flux-system", "gitrepositories", "flux-system", _request_timeout=T,
+    ).get("status") or {}).get("artifact", {}).get("revision") == f"refs/heads/main@sha1:{sha}", 60)
     ks = custom.get_namespaced_custom_object("kustomize.toolkit.fluxcd.io", "v1", "flux-system", "kustomizations",
                                              "flux-system", _request_timeout=T)
     assert ks["spec"]["path"] == "clusters/lab/a"
     # suspendApps: the generated sync Kustomization suspends the app Kustomizations it applies
     [patch] = ks["spec"]["patches"]
     assert patch["target"]["name"] == "^(apps)$" and '"/spec/suspend"' in patch["patch"]
+
+    # Without a running operator, deleting the FluxInstance is bounded: its finalizer is removed.
+    apps.patch_namespaced_deployment_scale("flux-operator", "flux-system", {"spec": {"replicas": 0}}, _request_timeout=T)
+    wait_until("the lab to stop the operator with its pod",
+               lambda: not any(name.endswith("/flux-operator") for name in mgr.pids()), 60)
+    note = flux.delete_instance(kubeconfig, "flux-system", timeout=6)
+    assert "did not finalize FluxInstance flux-system/flux within 6 s" in note and "finalizer was removed" in note
+    wait_until("the FluxInstance to be gone", lambda: flux._get(api, "flux-system") is None, 30)
