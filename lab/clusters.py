@@ -87,6 +87,7 @@ class ClusterConfig:
     pod_subnet: str
     service_subnet: str
     allow_scheduling_on_control_planes: bool
+    kube_proxy: bool = False  # Talos's kube-proxy enabled (cluster.proxy.disabled false)
 
     @property
     def endpoint_host(self) -> str:
@@ -115,6 +116,7 @@ def read_cluster_config(raw: bytes) -> ClusterConfig:
         pod_subnet=str((network.get("podSubnets") or ["10.244.0.0/16"])[0]),
         service_subnet=str((network.get("serviceSubnets") or ["10.96.0.0/12"])[0]),
         allow_scheduling_on_control_planes=bool(cluster.get("allowSchedulingOnControlPlanes")),
+        kube_proxy=not bool((cluster.get("proxy") or {}).get("disabled")),
     )
 
 
@@ -491,7 +493,7 @@ class ClusterRunner:
                 self._annotate(core, name, {kwok.MANAGED_ANNOTATION: None, kwok.CNI_READY_ANNOTATION: None})
                 log.info("cluster %s: Node %s (%s) left; kwok no longer plays its kubelet", self.name, name, address)
         self._reconcile_cni(core, nodes)
-        pod_network.reconcile(core, nodes)  # seed 002: host-network clients of the Service ClusterIP
+        pod_network.reconcile(core, nodes, kube_proxy=self.config.kube_proxy)  # seed 002: host-network clients of the Service ClusterIP
         if self.flux is not None:
             self.flux.reconcile(core)
 

@@ -7,7 +7,8 @@ it only through the Service dataplane, which Cilium provides (kube-proxy is disa
 the node's Cilium agent is Ready the dial times out and the pod fails with the seed's
 signature; a pod that overrides the env (Talos KubePrism, localhost:7445) runs at once.
 
-kwok's stages (lab/kwok/stages.yaml) hold such pods in Pending until this module annotates a
+With kube-proxy enabled in the machine config its host rules serve the ClusterIP without a CNI,
+so every such pod is reachable. kwok's stages (lab/kwok/stages.yaml) hold such pods in Pending until this module annotates a
 verdict: `reachable` (they run) or `unreachable` (Error, or crash-looping until reachable).
 """
 
@@ -48,8 +49,9 @@ def verdict(pod: client.V1Pod, cni_ready: bool) -> str | None:
     return None if current else "unreachable"
 
 
-def reconcile(core: client.CoreV1Api, nodes: dict) -> None:
-    """Annotate every host-network ClusterIP client on the cluster with its verdict."""
+def reconcile(core: client.CoreV1Api, nodes: dict, *, kube_proxy: bool = False) -> None:
+    """Annotate every host-network ClusterIP client on the cluster with its verdict. With
+    Talos's kube-proxy enabled, its host rules serve the ClusterIP before any CNI: reachable."""
     try:
         svc = core.read_namespaced_service("kubernetes", "default", _request_timeout=REQUEST_TIMEOUT)
     except client.ApiException as e:
@@ -59,7 +61,7 @@ def reconcile(core: client.CoreV1Api, nodes: dict) -> None:
     message = failure(svc.spec.cluster_ip, svc.spec.ports[0].port)
     ready = {name for name, n in nodes.items() if (n.metadata.annotations or {}).get(CNI_READY_ANNOTATION) == "true"}
     for pod in core.list_pod_for_all_namespaces(_request_timeout=REQUEST_TIMEOUT).items:
-        want = verdict(pod, pod.spec.node_name in ready)
+        want = verdict(pod, kube_proxy or pod.spec.node_name in ready)
         if want is not None:
             core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
                                       {"metadata": {"annotations": {VERDICT: want, ERROR: message}}},
