@@ -132,3 +132,18 @@ def test_pod_network_verdicts():
     assert pod_network.verdict(_pod(env=prism), cni_ready=False) is None
     assert pod_network.verdict(_pod(node=None), cni_ready=False) is None
     assert "dial tcp 10.96.0.1:443: i/o timeout" in pod_network.failure("10.96.0.1", 443)
+
+
+def test_lab_reads_whether_kube_proxy_serves_the_cluster_ip():
+    import yaml
+
+    from kontinuum.talos import machineconfig as mc
+    from kontinuum.talos import secrets
+    from lab.clusters import read_cluster_config
+
+    spec = mc.ClusterSpec(name="c", endpoint="https://127.0.43.11:6443", kubernetes_version="1.35.4")
+    raw = mc.render(spec, secrets.generate())
+    assert read_cluster_config(raw).kube_proxy is False  # Kontinuum's configs: Cilium replaces kube-proxy
+    docs = list(yaml.safe_load_all(raw))
+    docs[0]["cluster"]["proxy"]["disabled"] = False
+    assert read_cluster_config(yaml.safe_dump_all(docs).encode()).kube_proxy is True
