@@ -163,14 +163,24 @@ def operator_problem(core: client.CoreV1Api, namespace: str) -> str | None:
     return "; ".join(out)
 
 
+def server_side_apply(api: client.ApiClient, manifest: dict) -> dict:
+    """Server-side apply of the FluxInstance as field manager `kontinuum` (fields we stop
+    setting, e.g. the suspendApps patch, are removed). The generated client cannot send an
+    apply patch, so the call is made directly; JSON is valid apply-patch YAML."""
+    md = manifest["metadata"]
+    path = f"/apis/{GROUP}/{VERSION}/namespaces/{md['namespace']}/{PLURAL}/{md['name']}"
+    return api.call_api(path, "PATCH", query_params=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+                        header_params={"Content-Type": "application/apply-patch+yaml", "Accept": "application/json"},
+                        body=manifest, auth_settings=["BearerToken"], response_type="object",
+                        _return_http_data_only=True, _request_timeout=REQUEST_TIMEOUT)
+
+
 def apply_instance(kubeconfig: str, manifest: dict, *, timeout: float) -> str:
     """Server-side apply, then wait (bounded) for Ready; returns the revision Flux applied."""
     namespace = manifest["metadata"]["namespace"]
     api = api_client(kubeconfig)
     try:
-        _custom(api).patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, INSTANCE_NAME, manifest, field_manager=FIELD_MANAGER, force=True,
-            _content_type="application/apply-patch+yaml", _request_timeout=REQUEST_TIMEOUT)
+        server_side_apply(api, manifest)
         deadline = time.monotonic() + timeout
         last = "not read yet"
         while True:

@@ -1,5 +1,8 @@
-"""source-controller (lab stand-in): resolves each Flux GitRepository's ref against its Git
-server and reports it the way source-controller does (Ready + artifact revision).
+"""source-controller and kustomize-controller (lab stand-in): resolves each Flux GitRepository's
+ref against its Git server and reports it the way source-controller does (Ready + artifact
+revision); marks a Kustomization Ready for that revision when its `spec.path` exists in the
+fetched tree (kustomize-controller's "kustomization path not found" otherwise). It applies
+nothing from the repository: the lab has no workloads to run.
 
 Flux's controllers run as kwok-played pods, which run nothing; this stand-in does the
 observable part of source-controller for GitRepositories, and only in a namespace where a
@@ -22,8 +25,9 @@ from kubernetes import client
 from lab.standins.loop import REQUEST_TIMEOUT, PollingStandin, api_client
 
 GROUP, VERSION, PLURAL = "source.toolkit.fluxcd.io", "v1", "gitrepositories"
+KS_GROUP, KS_PLURAL = "kustomize.toolkit.fluxcd.io", "kustomizations"
 LS_REMOTE_TIMEOUT = 15.0
-NOTE = "(lab stand-in for source-controller)"
+NOTE = "(lab stand-in for Flux's controllers)"
 
 
 def ref_name(spec_ref: dict | None) -> str:
@@ -43,6 +47,26 @@ def with_auth(url: str, username: str | None, password: str | None) -> str:
     parts = urlsplit(url)
     netloc = f"{quote(username or 'git', safe='')}:{quote(password, safe='')}@{parts.netloc.rpartition('@')[2]}"
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+def tree(url: str, sha: str, *, username: str | None = None, password: str | None = None) -> set[str]:
+    """Every directory of the commit (a shallow, blob-less fetch into a scratch repo)."""
+    import tempfile
+
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_CONFIG_GLOBAL": "/dev/null", "HOME": "/nonexistent"}
+    with tempfile.TemporaryDirectory(prefix="lab-flux-source-") as d:
+        def git(*args):
+            return subprocess.run(["git", *args], cwd=d, env=env, capture_output=True, text=True,
+                                  timeout=LS_REMOTE_TIMEOUT, check=True).stdout
+        git("init", "-q", "--bare")
+        git("fetch", "-q", "--depth=1", "--filter=blob:none", with_auth(url, username, password), sha)
+        files = git("ls-tree", "-r", "--name-only", "FETCH_HEAD").splitlines()
+    dirs = {""}
+    for f in files:
+        parts = f.split("/")[:-1]
+        dirs.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return dirs
 
 
 def resolve(url: str, ref: str, *, username: str | None = None, password: str | None = None) -> tuple[str | None, str]:
@@ -76,6 +100,8 @@ class GitSource(PollingStandin):
         super().__init__(interval)
         self.cluster = cluster
         self.api = api_client(kubeconfig)
+        self._trees: dict[tuple[str, str], set[str]] = {}  # (url, revision) -> directories
+        self._sources: dict[tuple[str, str], tuple[str, set[str]]] = {}  # (ns, name) -> (revision, dirs)
 
     def close(self) -> None:
         self.api.close()
@@ -121,11 +147,44 @@ class GitSource(PollingStandin):
             revision, message = resolve(spec.get("url", ""), ref_name(spec.get("ref")), username=user,
                                         password=password)
             self._report(custom, repo, revision, message)
+            if revision:
+                key = (spec["url"], revision)
+                if key not in self._trees:
+                    self._trees[key] = tree(spec["url"], revision.rpartition(":")[2], username=user, password=password)
+                self._sources[(ns, md["name"])] = (revision, self._trees[key])
+        self._kustomizations(custom, ready_in)
 
-    def _report(self, custom: client.CustomObjectsApi, repo: dict, revision: str | None, message: str) -> None:
+    def _kustomizations(self, custom: client.CustomObjectsApi, ready_in: dict[str, bool]) -> None:
+        try:
+            items = custom.list_cluster_custom_object(KS_GROUP, VERSION, KS_PLURAL, _request_timeout=REQUEST_TIMEOUT)["items"]
+        except client.ApiException as e:
+            if e.status == 404:
+                return
+            raise
+        for ks in items:
+            md, spec = ks["metadata"], ks.get("spec") or {}
+            ref = spec.get("sourceRef") or {}
+            if md.get("deletionTimestamp") or spec.get("suspend") or ref.get("kind") != "GitRepository":
+                continue
+            source = self._sources.get((ref.get("namespace") or md["namespace"], ref.get("name")))
+            if source is None:
+                continue
+            revision, dirs = source
+            path = (spec.get("path") or "./").strip("/").removeprefix("./").rstrip("/")
+            if path in ("", ".") or path in dirs:
+                ok, message = True, f"Applied revision: {revision} {NOTE}"
+            else:
+                ok, message = False, f"kustomization path not found: stat /tmp/kustomization/{path}: no such file or directory"
+            self._report(custom, ks, revision if ok else None, message, group=KS_GROUP, plural=KS_PLURAL,
+                         fail_reason="ArtifactFailed", applied=revision if ok else None)
+
+    def _report(self, custom: client.CustomObjectsApi, repo: dict, revision: str | None, message: str, *,
+                group: str = GROUP, plural: str = PLURAL, fail_reason: str = "GitOperationFailed",
+                applied: str | None = None) -> None:
         md, status = repo["metadata"], repo.get("status") or {}
         ready = {"type": "Ready", "status": "True" if revision else "False",
-                 "reason": "Succeeded" if revision else "GitOperationFailed", "message": message,
+                 "reason": ("ReconciliationSucceeded" if applied else "Succeeded") if revision else fail_reason,
+                 "message": message,
                  "observedGeneration": md.get("generation")}
         old = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
         if all(old.get(k) == v for k, v in ready.items()) and status.get("observedGeneration") == md.get("generation"):
@@ -134,10 +193,13 @@ class GitSource(PollingStandin):
 
         ready["lastTransitionTime"] = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         new = {"observedGeneration": md.get("generation"), "conditions": [ready]}
-        if revision:
+        if applied:
+            new["lastAppliedRevision"] = applied
+            new["lastAttemptedRevision"] = applied
+        elif revision:
             new["artifact"] = {"revision": revision, "path": f"gitrepository/{md['namespace']}/{md['name']}/lab.tar.gz",
                                "url": "http://source-controller.invalid/lab.tar.gz", "digest": "sha256:" + "0" * 64,
                                "lastUpdateTime": ready["lastTransitionTime"]}
-        custom.patch_namespaced_custom_object_status(GROUP, VERSION, md["namespace"], PLURAL, md["name"],
+        custom.patch_namespaced_custom_object_status(group, VERSION, md["namespace"], plural, md["name"],
                                                      {"status": new}, _request_timeout=REQUEST_TIMEOUT)
         self.log.info("%s %s/%s: %s", NOTE, md["namespace"], md["name"], message)
