@@ -7,7 +7,9 @@ When an emulated cluster is bootstrapped, the ClusterManager starts, for that cl
   hands out works unchanged;
 - kwok as every member's kubelet (lab/kwok): a Node per member, registered by the lab the way a
   kubelet registers itself, NotReady until the Cilium agent pod on it is Ready;
-- the lab stand-ins (cert issuer, Gateway/LB-IPAM/Envoy, kontinuum-server) against it;
+- the lab stand-ins (cert issuer, Gateway/LB-IPAM/Envoy, kontinuum-server, Flux's source/kustomize
+  controllers) against it, the pod-network verdicts (lab/pod_network.py) and, while its pod runs,
+  the real Flux Operator;
 - a health probe for the emulator's HealthCheck, read from the real apiserver.
 
 A ClusterRunner owns one cluster. All of its child processes are started from the runner's own
