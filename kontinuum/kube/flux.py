@@ -180,11 +180,19 @@ def apply_instance(kubeconfig: str, manifest: dict, *, timeout: float) -> str:
     namespace = manifest["metadata"]["namespace"]
     api = api_client(kubeconfig)
     try:
-        server_side_apply(api, manifest)
         deadline = time.monotonic() + timeout
         last = "not read yet"
+        applied = False
         while True:
             try:
+                if not applied:  # the chart's CRDs may still be on their way: retried within the bound
+                    try:
+                        server_side_apply(api, manifest)
+                        applied = True
+                    except client.ApiException as e:
+                        if e.status != 404:
+                            raise
+                        raise FluxNotReady("the FluxInstance CRD is not served yet (the operator chart installs it)")
                 obj = _get(api, namespace)
                 ready, last = readiness(obj)
                 if ready:
@@ -192,6 +200,8 @@ def apply_instance(kubeconfig: str, manifest: dict, *, timeout: float) -> str:
                 why = operator_problem(client.CoreV1Api(api), namespace)
                 if why:
                     last += f"; Flux Operator not running: {why}"
+            except FluxNotReady as e:
+                last = str(e)
             except Exception as e:  # noqa: BLE001 - an unreachable apiserver is an observation too
                 last = f"cannot read it: {describe_error(e)}"
             if time.monotonic() >= deadline:
