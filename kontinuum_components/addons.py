@@ -101,6 +101,7 @@ def install_cilium(cluster, kubeconfig: pulumi.Output[str], *, single_node: bool
     addon = cluster.zone.addons.cilium
     values = cilium_values(single_node=single_node, extra=addon.values, ingress=cluster.zone.ingress)
     release = _release(cluster, "cilium", addon, values, crds)
+    cluster.cilium_release = release  # what the Flux Operator waits for (not the health gate)
     return PodsHealthy(f"{cluster.name}-cilium-healthy", kubeconfig=kubeconfig, namespace=addon.source.namespace,
                        selector="app.kubernetes.io/part-of=cilium", what="Cilium",
                        timeout=float(cluster.zone.timeouts["cilium"]), revision=release.status.revision,

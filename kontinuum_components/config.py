@@ -22,7 +22,7 @@ from kontinuum.backup.files import DEFAULT_KEEP as BACKUP_KEEP
 from kontinuum.errors import ConfigError, ConfigErrors
 from kontinuum.talos import support
 from kontinuum.talos.renewal import RENEW_BEFORE_DAYS
-from kontinuum_components import contract, exposure_config, schema
+from kontinuum_components import contract, exposure_config, flux_config, schema
 
 # The contract's constants live with its definition; re-exported for the code that reads them here.
 CONTROL_PLANE_POOL = contract.CONTROL_PLANE_POOL
@@ -120,6 +120,7 @@ class Zone:
     renew_before_days: float = RENEW_BEFORE_DAYS
     upgrade: Upgrade = field(default_factory=Upgrade)
     path: str = "zones[0]"  # where the zone is in the stack config, for errors found later
+    flux: flux_config.Flux | None = None  # the GitOps hand-off, when configured
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,7 @@ def _addons(raw: dict) -> Addons:
                   raw.get("gatewayApi", {}).get("source", DEFAULT_GATEWAY_API))
 
 
-def _zone(raw: dict, path: str, errs: _Errors) -> Zone | None:
+def _zone(raw: dict, path: str, errs: _Errors, region: str = "") -> Zone | None:
     """Cross-field checks of one (schema-checked, defaults-merged) zone, and its typed form."""
     if "zone" not in raw or "talosAddresses" not in raw:
         return None  # reported by the schema check
@@ -244,6 +245,7 @@ def _zone(raw: dict, path: str, errs: _Errors) -> Zone | None:
     up = raw.get("upgrade", {})
     upgrade = Upgrade(up.get("drain", True), up.get("drainControlPlanes", False), up.get("allowDowngrade", False),
                       up.get("installerImage", contract.DEFAULT_INSTALLER))
+    flux = flux_config.parse(raw["flux"], f"{path}.flux", region, raw["zone"], errs.add) if raw.get("flux") else None
     return Zone(
         zone=raw["zone"], machines=machines, control_plane=cp, endpoint=endpoint, workers=tuple(workers),
         talos_version=talos, kubernetes_version=kubernetes,
@@ -254,7 +256,7 @@ def _zone(raw: dict, path: str, errs: _Errors) -> Zone | None:
         timeouts={**DEFAULT_TIMEOUTS, **raw.get("timeouts", {})},
         skip_unreachable_cluster=teardown.get("skipUnreachableCluster", False),
         talos_port=raw.get("talosPort", 50000), teardown_wipe=teardown.get("wipe", "state"),
-        ingress=ingress, dns=dns, upgrade=upgrade,
+        ingress=ingress, dns=dns, upgrade=upgrade, flux=flux,
         backup=Backup(on_up=backup.get("onUp", False), directory=backup.get("directory", BACKUP_DIRECTORY),
                       keep=backup.get("keep", BACKUP_KEEP)),
         renew_before_days=raw.get("certificates", {}).get("renewBefore", RENEW_BEFORE_DAYS),
@@ -295,6 +297,18 @@ def _read_ca_bundle_file(raw: dict, errs) -> dict:
     return {**raw, "hub": {**hub, "acme": {**acme, "caBundle": text}}}
 
 
+def _plain_secrets(raw: dict, secret_keys: frozenset[str], errs: _Errors) -> None:
+    """Secret values nested in zones/defaults (flux credentials) that are stored in plain text."""
+    for key in ("defaults", "zones"):
+        if key not in raw:
+            continue
+        for path in flux_config.secret_paths(contract.STACK.fields[key], raw[key], key):
+            if not flux_config.is_secret(path, secret_keys):
+                errs.add(path, "is plain text in the stack config; store it as a Pulumi secret: "
+                         f"`pulumi config set --secret --path '{contract.NAMESPACE}:{path}' < file` "
+                         "(and remove the plain value from the file's history)")
+
+
 SECRET_KEYS = tuple(k for k, f in contract.STACK.fields.items() if f.secret)
 
 
@@ -328,6 +342,8 @@ def problems(raw: dict, *, secret_keys: frozenset[str] | None = None) -> tuple[S
         elif f.required and raw.get(key) is None:
             errs.add(f"{contract.NAMESPACE}:{key}" if key == "region" else key,
                      "required" if key == "region" else "required: dnsDomain, grpcEndpoint, acme and auth of the hub")
+    if secret_keys is not None:
+        _plain_secrets(raw, secret_keys, errs)
     # `defaults` are checked once, under `defaults.…`; each zone on its own before the merge.
     defaults = schema.check(fields["defaults"], raw.get("defaults") or {}, "defaults", errs) or {}
     raw_zones = raw.get("zones") if raw.get("zones") is not None else []
@@ -339,7 +355,7 @@ def problems(raw: dict, *, secret_keys: frozenset[str] | None = None) -> tuple[S
         checked = schema.check(contract.ZONE, rz, f"zones[{i}]", errs)
         if checked is None:
             continue
-        z = _zone(_merge(defaults, checked), f"zones[{i}]", errs)
+        z = _zone(_merge(defaults, checked), f"zones[{i}]", errs, region=clean.get("region", ""))
         if z is None:
             continue
         if z.zone in seen:

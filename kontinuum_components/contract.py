@@ -16,6 +16,7 @@ from kontinuum.talos import support
 from kontinuum.talos.renewal import RENEW_BEFORE_DAYS
 from kontinuum.talos.machineconfig import TALOS_VERSION
 from kontinuum.talos.waits import WAIT_DEFAULTS
+from kontinuum_components.flux_contract import FLUX
 from kontinuum_components.schema import ANY, Bool, Format, Int, List, Map, Num, Obj, OneOf, Str, without
 
 DEFAULT_KUBERNETES_VERSION = "v1.35.4"
@@ -47,6 +48,7 @@ DEFAULT_TIMEOUTS = {
     "gateway": 300,
     "certificate": 600,
     "registryJoin": 600,
+    "flux": 600,
     "teardown": int(WAIT_DEFAULTS.reset),
     "upgrade": 900,
 }
@@ -278,6 +280,7 @@ ZONE = Obj({
                               "`talosVersion`", default=DEFAULT_INSTALLER, format=REPOSITORY),
     }, "how a changed `talosVersion` rolls out: one node at a time, control planes first, etcd healthy before "
        "each control plane, each node verified on the new version"),
+    "flux": FLUX,
     "serverImage": Str("kontinuum-server image of the zone footprint", default=DEFAULT_SERVER_IMAGE, format=IMAGE),
     "unregisterInstancesOnDelete": Bool("on teardown also delete the hub Instances (default: only release them)",
                                         default=False),

@@ -134,7 +134,8 @@ def check(f: Field, value: Any, path: str, errors: list[ConfigError]) -> Any:
         return None
     words, test = _TYPES[f.type]
     if not test(value):
-        errors.append(ConfigError(path, f"must be {words}, got {_describe(value)}"))
+        got = "a value of another type" if f.secret else _describe(value)  # never quote a secret
+        errors.append(ConfigError(path, f"must be {words}, got {got}"))
         return None
     if f.enum is not None and value not in f.enum:
         choices = [str(c) for c in f.enum]
@@ -147,7 +148,7 @@ def check(f: Field, value: Any, path: str, errors: list[ConfigError]) -> Any:
     if f.format is not None:
         problem = f.format.problem(value)
         if problem:
-            errors.append(ConfigError(path, f"{problem}, got {value!r}"))
+            errors.append(ConfigError(path, problem if f.secret else f"{problem}, got {value!r}"))
             return None
     if f.type == "array":
         return [v for i, item in enumerate(value)
@@ -186,7 +187,11 @@ def _check_object(f: Field, value: dict, path: str, errors: list[ConfigError]) -
 
 
 def json_schema(f: Field) -> dict:
-    """Draft 2020-12 JSON Schema of one field (objects closed: unknown keys are errors)."""
+    """Draft 2020-12 JSON Schema of one field (objects closed: unknown keys are errors). A
+    secret is stored encrypted (`pulumi config set --secret [--path]`): `{secure: …}` in the file."""
+    if f.secret:
+        return {"type": "object", "properties": {"secure": {"type": "string"}}, "required": ["secure"],
+                "additionalProperties": False, "description": f.doc}
     if f.type == "any":
         out: dict = {}
     elif f.type == "union":

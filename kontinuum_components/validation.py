@@ -62,11 +62,21 @@ def read_stack_file(path: Path) -> tuple[dict, frozenset[str]]:
         namespace, _, name = str(key).partition(":")
         if namespace != contract.NAMESPACE or not name:
             continue
-        if isinstance(value, dict) and set(value) == {"secure"}:
-            value = SECRET_PLACEHOLDER
-            secret.add(name)
-        raw[name] = value
+        raw[name] = _unwrap_secure(value, name, secret)
     return raw, frozenset(secret)
+
+
+def _unwrap_secure(value: Any, path: str, secret: set[str]) -> Any:
+    """`{secure: …}` values, at any depth (`pulumi config set --secret --path`), become the
+    placeholder; their paths (`zones[0].flux.credentials.git.token`) are recorded as secret."""
+    if isinstance(value, dict) and set(value) == {"secure"}:
+        secret.add(path)
+        return SECRET_PLACEHOLDER
+    if isinstance(value, dict):
+        return {k: _unwrap_secure(v, f"{path}.{k}", secret) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unwrap_secure(v, f"{path}[{i}]", secret) for i, v in enumerate(value)]
+    return value
 
 
 def validate(raw: dict, *, secret_keys: frozenset[str] | None, render: bool = True,

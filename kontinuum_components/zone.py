@@ -17,6 +17,7 @@ from kontinuum.hub.crds import LABEL_REGION, LABEL_ZONE
 from kontinuum.naming import instance_name
 from kontinuum_components import config, specs
 from kontinuum_components.downstream import DownstreamFootprint
+from kontinuum_components.flux import FluxHandOff
 from kontinuum_components.talos_cluster import LABEL_POOL, TalosCluster
 from providers.etcd_backup import EtcdBackup
 from providers.instance import Instance
@@ -67,6 +68,10 @@ class Zone(pulumi.ComponentResource):
         }
         cluster = TalosCluster(name, region=region, zone=zone, hub_kubeconfig=hub_kubeconfig, instances=instances,
                                opts=pulumi.ResourceOptions(parent=self))
+        # The GitOps hand-off (seed 002): right after Cilium's release, before its health gate.
+        handoff = FluxHandOff(name, cluster=cluster, flux=zone.flux, kubeconfig=cluster.kubeconfig,
+                              after=[cluster.cilium_release], timeout=float(t["flux"]),
+                              opts=pulumi.ResourceOptions(parent=self)) if zone.flux else None
         identity = ZoneIdentity(f"{name}-identity", region=region, zone=zone.zone,
                                 opts=pulumi.ResourceOptions(parent=self))
         footprint = DownstreamFootprint(
@@ -84,7 +89,8 @@ class Zone(pulumi.ComponentResource):
         TeardownGuard(f"{name}-teardown-guard", kubeconfig=cluster.kubeconfig, zone=name,
                       timeout=min(float(t["teardown"]), GUARD_TIMEOUT),
                       skip_unreachable=zone.skip_unreachable_cluster, remedy=HATCH_REMEDY.format(zone=zone.zone),
-                      opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster, footprint, join],
+                      opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster, footprint, join,
+                                                                         *([handoff] if handoff else [])],
                                                   retain_on_delete=zone.skip_unreachable_cluster))
 
         # The zone's backup key, and with backup.onUp a snapshot per up once the control plane is ready.
@@ -97,7 +103,8 @@ class Zone(pulumi.ComponentResource):
         self.url = pulumi.Output.from_input(zone_url(region, zone.zone, hub))
         self.addresses, self.dns_records = footprint.addresses, footprint.dns_records
         self.dns_mode = zone.dns.mode
-        self.ready = pulumi.Output.all(cluster.ready, footprint.installed, join.joined).apply(all)
+        self.ready = pulumi.Output.all(cluster.ready, footprint.installed, join.joined,
+                                       *([handoff.ready] if handoff else [])).apply(all)
         self.kubeconfig = cluster.kubeconfig
         self.talosconfig = cluster.talosconfig
         self.identity_thumbprint = identity.thumbprint

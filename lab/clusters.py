@@ -10,7 +10,9 @@ When an emulated cluster is bootstrapped, the ClusterManager starts, for that cl
 - real cert-manager (lab/certmanager.py: its controller and webhook as processes) when the lab
   runs an ACME server (lab/acme.py), with the zone host records published in the lab's DNS
   (lab/zone_dns.py); without one, the certificate issuer stand-in instead;
-- the lab stand-ins (Gateway/LB-IPAM/Envoy, kontinuum-server; cert issuer without ACME) against it;
+- the lab stand-ins (Gateway/LB-IPAM/Envoy, kontinuum-server, Flux's source/kustomize controllers;
+  cert issuer without ACME) against it, the pod-network verdicts (lab/pod_network.py) and, while its
+  pod runs, the real Flux Operator;
 - a health probe for the emulator's HealthCheck, read from the real apiserver.
 
 A ClusterRunner owns one cluster. All of its child processes are started from the runner's own
@@ -36,9 +38,10 @@ import yaml
 from kubernetes import client
 
 from kontinuum.talos.pki import CertKey
-from lab import kwok, service_proxy
+from lab import kwok, pod_network, service_proxy
 from lab.acme import Acme
 from lab.certmanager import CertManager
+from lab.flux_operator import OperatorRunner
 from lab.controlplane import ClusterPKI, ControlPlane
 from lab.process import Managed
 from lab.standins.loop import REQUEST_TIMEOUT, api_client, describe
@@ -92,6 +95,7 @@ class ClusterConfig:
     pod_subnet: str
     service_subnet: str
     allow_scheduling_on_control_planes: bool
+    kube_proxy: bool = False  # Talos's kube-proxy enabled (cluster.proxy.disabled false)
 
     @property
     def endpoint_host(self) -> str:
@@ -120,6 +124,7 @@ def read_cluster_config(raw: bytes) -> ClusterConfig:
         pod_subnet=str((network.get("podSubnets") or ["10.244.0.0/16"])[0]),
         service_subnet=str((network.get("serviceSubnets") or ["10.96.0.0/12"])[0]),
         allow_scheduling_on_control_planes=bool(cluster.get("allowSchedulingOnControlPlanes")),
+        kube_proxy=not bool((cluster.get("proxy") or {}).get("disabled")),
     )
 
 
@@ -314,6 +319,7 @@ class ClusterRunner:
         self.state = "starting"
         self.control_plane: ControlPlane | None = None
         self.kwok: Managed | None = None
+        self.flux: OperatorRunner | None = None  # the real Flux Operator, while its pod runs
         self.standins: list = []
         self.kubeconfig_path = self.workdir / "admin.kubeconfig"
         self._api: client.ApiClient | None = None
@@ -360,6 +366,8 @@ class ClusterRunner:
             procs.append(self.kwok)
         if self.cert_manager is not None:
             procs += self.cert_manager.processes()
+        if self.flux is not None and self.flux.process is not None:
+            procs.append(self.flux.process)
         return {f"{self.name}/{p.name}": p.pid for p in procs if p.running() and p.pid}
 
     def _run(self) -> None:
@@ -410,6 +418,7 @@ class ClusterRunner:
         with os.fdopen(fd, "w") as f:
             f.write(cp.admin_kubeconfig())
         self._api = api_client(self.kubeconfig_path)
+        self.flux = OperatorRunner(self.workdir, self.kubeconfig_path, address=self.address, cluster=self.name)
         self.kwok = kwok.start(self.workdir, self.kubeconfig_path, cluster=self.name,
                                node_ip=self.host.address, pod_cidr=self.config.pod_subnet)
         if self._real_cert_manager:
@@ -426,11 +435,13 @@ class ClusterRunner:
     def _start_standins(self) -> None:
         from lab.standins.cert_issuer import CertIssuer
         from lab.standins.gateway import GatewayStandin
+        from lab.standins.git_source import GitSource
         from lab.standins.kontinuum_server import KontinuumServer
 
         if self.cert_manager is None:  # no ACME server in this lab: nothing real could issue
             self.standins.append(CertIssuer(self.kubeconfig_path, cluster=self.name).start())
         self.standins.append(GatewayStandin(self.kubeconfig_path, cluster=self.name).start())
+        self.standins.append(GitSource(self.kubeconfig_path, cluster=self.name).start())
         if self.hub_kubeconfig is not None:
             # Region and zone come from the zone's kontinuum-env ConfigMap; these are fallbacks only.
             self.standins.append(
@@ -449,6 +460,8 @@ class ClusterRunner:
             self.service_proxy = None
         if self.zone_dns is not None:
             self.zone_dns.clear()
+        if self.flux is not None:
+            self.flux.stop()
         if self.kwok is not None:
             self.kwok.stop()
             self.kwok = None
@@ -529,6 +542,9 @@ class ClusterRunner:
                 self._annotate(core, name, {kwok.MANAGED_ANNOTATION: None, kwok.CNI_READY_ANNOTATION: None})
                 log.info("cluster %s: Node %s (%s) left; kwok no longer plays its kubelet", self.name, name, address)
         self._reconcile_cni(core, nodes)
+        pod_network.reconcile(core, nodes, kube_proxy=self.config.kube_proxy)  # seed 002: host-network clients of the Service ClusterIP
+        if self.flux is not None:
+            self.flux.reconcile(core)
 
     def _reconcile_cni(self, core: client.CoreV1Api, nodes: dict) -> None:
         pods = core.list_namespaced_pod(CNI_NAMESPACE, label_selector=CNI_SELECTOR, _request_timeout=REQUEST_TIMEOUT).items

@@ -39,10 +39,10 @@ user_plugins=${KONTINUUM_USER_PULUMI_HOME:-$HOME/.pulumi}/plugins
 version_of() {
   case "$1" in
     pulumi) "$2" version 2>/dev/null | head -n1 ;;
-    # The plugins report their version only over gRPC, pebble-challtestsrv not at all; their
-    # directory is versioned, either ours (<cache>/<name>/<version>/) or Pulumi's
-    # (plugins/resource-kubernetes-v<version>/).
-    pulumi-language-python|pulumi-resource-kubernetes|pebble-challtestsrv)
+    # The plugins report their version only over gRPC, pebble-challtestsrv not at all, the Flux
+    # Operator only once connected to a cluster; their directory is versioned, either ours
+    # (<cache>/<name>/<version>/) or Pulumi's (plugins/resource-kubernetes-v<version>/).
+    pulumi-language-python|pulumi-resource-kubernetes|pebble-challtestsrv|flux-operator)
       local dir; dir=$(dirname "$(readlink -f "$2")")
       case $dir in
         */$1/*) basename "$dir" ;;
@@ -244,6 +244,23 @@ build_weed() ( # a subshell: its EXIT trap cleans up and cannot fire later
     -o "$1/weed" ./weed)
 )
 
+build_flux_operator() ( # a subshell: its EXIT trap cleans up and cannot fire later
+  # The operator embeds its web UI (web/dist), which the module zip leaves out: it is built
+  # from a writable copy with a one-page placeholder UI (the lab never serves it). Upstream
+  # builds with GOFIPS140=latest and the binary refuses to start outside FIPS 140-3 mode.
+  local mod="github.com/controlplaneio-fluxcd/flux-operator" src work
+  src=$(go mod download -json "$mod@$FLUX_OPERATOR_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+  work=$(mktemp -d); trap 'chmod -R u+w "$work"; rm -rf "$work"' EXIT
+  cp -r "$src/." "$work"; chmod -R u+w "$work"
+  mkdir -p "$work/web/dist"
+  # v0.58.1 requires a go-containerregistry/pkg/authn/kubernetes pseudo-version the module
+  # proxy refuses (403, "not available"); the proxy's latest one (Feb 2026) has the same API.
+  (cd "$work" && go mod edit -replace "$FLUX_OPERATOR_AUTHN_KUBERNETES")
+  echo '<!doctype html><title>flux-operator</title><p>web UI not built (kontinuum lab build)</p>' >"$work/web/dist/index.html"
+  (cd "$work" && CGO_ENABLED=0 GOFIPS140=latest go build -trimpath \
+    -ldflags "-s -w -X main.VERSION=$FLUX_OPERATOR_VERSION" -o "$1/flux-operator" ./cmd/operator)
+)
+
 # Optional arguments name a subset of tools to provide (default: all of them).
 wanted=" ${*:-all} "
 want() { [[ $wanted == *" all "* || $wanted == *" $1 "* ]]; }
@@ -266,6 +283,7 @@ for component in cert-manager-controller cert-manager-webhook; do
   want "$component" && provide "$component" "$CERT_MANAGER_VERSION" build_cert_manager_pair
 done
 want weed && provide weed "$SEAWEEDFS_VERSION" build_weed
+want flux-operator && provide flux-operator "$FLUX_OPERATOR_VERSION" build_flux_operator
 want kontinuum-talos-validate && provide kontinuum-talos-validate "$TALOS_MACHINERY_VERSION" build_talos_validate
 # Our dynamic-provider launcher is not a shared tool: tools/pulumi puts this checkout's
 # tools/plugins on PATH. (Earlier versions linked it here, tying the cache to one checkout.)

@@ -16,12 +16,8 @@ def stack_file_schema() -> dict:
     """JSON Schema of a whole Pulumi.<stack>.yaml: `config:` holds the `kontinuum:*` keys."""
     from kontinuum_components import contract, schema
 
-    keys = schema.json_schema(contract.STACK)
-    # A secret is stored encrypted (`pulumi config set --secret`): in the file it is `{secure: …}`.
-    config = {f"{contract.NAMESPACE}:{k}": (
-        {"type": "object", "properties": {"secure": {"type": "string"}}, "required": ["secure"],
-         "additionalProperties": False, "description": v.get("description", "")}
-        if contract.STACK.fields[k].secret else v) for k, v in keys["properties"].items()}
+    keys = schema.json_schema(contract.STACK)  # secrets, at any depth, as `{secure: …}`
+    config = {f"{contract.NAMESPACE}:{k}": v for k, v in keys["properties"].items()}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "Kontinuum stack config (stacks/Pulumi.<stack>.yaml)",

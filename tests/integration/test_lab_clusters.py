@@ -85,7 +85,9 @@ PROGRAM = textwrap.dedent("""
     cfg = pulumi.Config()
     p = k8s.Provider("zone", kubeconfig=cfg.require_secret("kubeconfig"))
     k8s.helm.v3.Release("cilium", name="cilium", chart=cfg.require("chart"), namespace="kube-system",
-                        skip_await=True, values={"operator": {"replicas": int(cfg.require("replicas"))}},
+                        skip_await=True, values={"operator": {"replicas": int(cfg.require("replicas"))},
+                                                 # kube-proxy-free: the agents reach the API through KubePrism
+                                                 "k8sServiceHost": "localhost", "k8sServicePort": 7445},
                         opts=pulumi.ResourceOptions(provider=p))
 """)
 

@@ -31,6 +31,7 @@ TOOLS = {
     "pebble-challtestsrv": PINS["PEBBLE_VERSION"],
     "cert-manager-controller": PINS["CERT_MANAGER_VERSION"],
     "cert-manager-webhook": PINS["CERT_MANAGER_VERSION"],
+    "flux-operator": PINS["FLUX_OPERATOR_VERSION"],
 }
 
 # A stand-in builder: leaves a binary that reports its version the way the real one does.

@@ -1,0 +1,259 @@
+"""The Flux hand-off on a zone cluster (seed 002): pure builders for what Kontinuum hands to
+the Flux Operator, and the bounded calls its providers make.
+
+- operator_values: the chart values that let the operator run before pod networking exists
+  (host network, the API through Talos KubePrism on localhost:7445 instead of the kubernetes
+  Service ClusterIP, tolerations for a node that is not Ready yet);
+- instance_manifest: the FluxInstance `flux` (distribution, components, sync) and, with
+  suspendApps, a patch on the generated sync Kustomization that makes kustomize-controller
+  apply the named application Kustomizations with `spec.suspend: true`;
+- credential_secret: a credential in the layout Flux's source controllers read;
+- apply_instance / delete_instance / retire_secrets: server-side apply and a bounded wait for
+  Ready naming the failing condition; a delete that never hangs on the operator's finalizer.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from urllib.parse import urlsplit
+
+from kubernetes import client
+
+from kontinuum.errors import KontinuumError
+from kontinuum.kube.clients import api_client, describe_error
+
+GROUP, VERSION, PLURAL, KIND = "fluxcd.controlplane.io", "v1", "fluxinstances", "FluxInstance"
+INSTANCE_NAME = "flux"  # the only name the FluxInstance CRD allows
+FINALIZER = "fluxcd.controlplane.io/finalizer"
+FIELD_MANAGER = "kontinuum"
+OPERATOR_SELECTOR = "app.kubernetes.io/name=flux-operator"
+KUBEPRISM_HOST, KUBEPRISM_PORT = "localhost", 7445
+MANAGED_BY = {"app.kubernetes.io/managed-by": "kontinuum"}
+REQUEST_TIMEOUT = 15.0
+POLL = 3.0
+
+# What a node carries before its CNI is up (node lifecycle controller) and on a control plane.
+PRE_CNI_TOLERATIONS = [
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.cilium.io/agent-not-ready", "operator": "Exists"},
+]
+
+
+class FluxNotReady(KontinuumError):
+    pass
+
+
+def operator_values() -> dict:
+    """The seed's pre-CNI settings, under the upstream chart's value names."""
+    return {
+        "hostNetwork": True,
+        "extraEnvs": [{"name": "KUBERNETES_SERVICE_HOST", "value": KUBEPRISM_HOST},
+                      {"name": "KUBERNETES_SERVICE_PORT", "value": str(KUBEPRISM_PORT)}],
+        "tolerations": PRE_CNI_TOLERATIONS,
+        "installCRDs": True,
+    }
+
+
+def suspend_patch(namespace: str, apps: list[str]) -> dict:
+    """A FluxInstance kustomize patch on the sync Kustomization (named after the namespace):
+    it gains `spec.patches` setting `spec.suspend: true` on the named Kustomizations."""
+    inner = {"target": {"group": "kustomize.toolkit.fluxcd.io", "kind": "Kustomization",
+                        "name": "^(" + "|".join(apps) + ")$"},
+             "patch": json.dumps([{"op": "add", "path": "/spec/suspend", "value": True}])}
+    return {"target": {"group": "kustomize.toolkit.fluxcd.io", "kind": "Kustomization", "name": namespace},
+            "patch": json.dumps([{"op": "add", "path": "/spec/patches", "value": [inner]}])}
+
+
+def instance_manifest(*, namespace: str, version: str, registry: str, components: list[str], kind: str, url: str,
+                      ref: str, path: str, interval: str, pull_secret: str | None, suspend_apps: bool,
+                      apps: list[str]) -> dict:
+    sync = {"kind": kind, "url": url, "ref": ref, "path": path, "interval": interval}
+    if pull_secret:
+        sync["pullSecret"] = pull_secret
+    spec: dict = {"distribution": {"version": version, "registry": registry}, "components": list(components),
+                  "cluster": {"type": "kubernetes"}, "sync": sync}
+    if suspend_apps:
+        spec["kustomize"] = {"patches": [suspend_patch(namespace, apps)]}
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
+            "metadata": {"name": INSTANCE_NAME, "namespace": namespace, "labels": dict(MANAGED_BY)}, "spec": spec}
+
+
+def credential_secret(*, name: str, namespace: str, source_url: str | None, ssh_private_key: str | None = None,
+                      known_hosts: str | None = None, username: str | None = None, token: str | None = None) -> dict:
+    """The Secret Flux reads: `identity` + `known_hosts` (SSH Git), `username` + `password`
+    (HTTPS Git) or a docker config (OCI registry)."""
+    meta = {"name": name, "namespace": namespace, "labels": dict(MANAGED_BY)}
+    if ssh_private_key:
+        return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": meta,
+                "stringData": {"identity": ssh_private_key, "known_hosts": known_hosts or ""}}
+    user = username or "git"
+    if source_url and source_url.startswith("oci://"):
+        host = urlsplit(source_url).netloc
+        auth = base64.b64encode(f"{user}:{token}".encode()).decode()
+        config = json.dumps({"auths": {host: {"username": user, "password": token, "auth": auth}}})
+        return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson", "metadata": meta,
+                "stringData": {".dockerconfigjson": config}}
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": meta,
+            "stringData": {"username": user, "password": token or ""}}
+
+
+# --- calls -----------------------------------------------------------------------------------
+
+
+def _custom(api: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api)
+
+
+def _get(api: client.ApiClient, namespace: str) -> dict | None:
+    try:
+        return _custom(api).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, INSTANCE_NAME,
+                                                         _request_timeout=REQUEST_TIMEOUT)
+    except client.ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def readiness(obj: dict | None) -> tuple[bool, str]:
+    """(Ready for the current generation, the failing condition in words)."""
+    if obj is None:
+        return False, "FluxInstance not found"
+    status = obj.get("status") or {}
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    ready = conditions.get("Ready")
+    generation = obj.get("metadata", {}).get("generation")
+    if ready is None:
+        return False, "no Ready condition yet (the Flux Operator has not reconciled it)"
+    current = ready.get("observedGeneration", status.get("observedGeneration")) in (None, generation)
+    text = f"Ready={ready.get('status')} ({ready.get('reason')}): {ready.get('message') or ''}".rstrip(": ")
+    if ready.get("status") == "True" and current:
+        return True, text
+    if not current:
+        return False, f"{text} [for generation {ready.get('observedGeneration')}, not {generation} yet]"
+    for other in ("Stalled", "Reconciling"):
+        c = conditions.get(other)
+        if c and c.get("status") == "True":
+            text += f"; {other} ({c.get('reason')}): {c.get('message') or ''}"
+    return False, text
+
+
+def operator_problem(core: client.CoreV1Api, namespace: str) -> str | None:
+    """Why the operator itself is not running, from its pods (e.g. the seed's ClusterIP timeout)."""
+    pods = core.list_namespaced_pod(namespace, label_selector=OPERATOR_SELECTOR,
+                                    _request_timeout=REQUEST_TIMEOUT).items
+    if not pods:
+        return f"no Flux Operator pod in {namespace}"
+    out = []
+    for p in pods:
+        ready = any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+        if ready:
+            return None
+        detail = p.status.phase or "Pending"
+        for cs in p.status.container_statuses or []:
+            term = (cs.state and cs.state.terminated) or (cs.last_state and cs.last_state.terminated)
+            if term is not None:
+                detail += f", {cs.name} {term.reason or 'terminated'}: {(term.message or '').strip()}"
+            elif cs.state and cs.state.waiting:
+                detail += f", {cs.name} {cs.state.waiting.reason}"
+        out.append(f"pod {p.metadata.name}: {detail}")
+    return "; ".join(out)
+
+
+def server_side_apply(api: client.ApiClient, manifest: dict) -> dict:
+    """Server-side apply of the FluxInstance as field manager `kontinuum` (fields we stop
+    setting, e.g. the suspendApps patch, are removed). The generated client cannot send an
+    apply patch, so the call is made directly; JSON is valid apply-patch YAML."""
+    md = manifest["metadata"]
+    path = f"/apis/{GROUP}/{VERSION}/namespaces/{md['namespace']}/{PLURAL}/{md['name']}"
+    return api.call_api(path, "PATCH", query_params=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+                        header_params={"Content-Type": "application/apply-patch+yaml", "Accept": "application/json"},
+                        body=manifest, auth_settings=["BearerToken"], response_type="object",
+                        _return_http_data_only=True, _request_timeout=REQUEST_TIMEOUT)
+
+
+def apply_instance(kubeconfig: str, manifest: dict, *, timeout: float) -> str:
+    """Server-side apply, then wait (bounded) for Ready; returns the revision Flux applied."""
+    namespace = manifest["metadata"]["namespace"]
+    api = api_client(kubeconfig)
+    try:
+        deadline = time.monotonic() + timeout
+        last = "not read yet"
+        applied = False
+        while True:
+            try:
+                if not applied:  # the chart's CRDs may still be on their way: retried within the bound
+                    try:
+                        server_side_apply(api, manifest)
+                        applied = True
+                    except client.ApiException as e:
+                        if e.status != 404:
+                            raise
+                        raise FluxNotReady("the FluxInstance CRD is not served yet (the operator chart installs it)")
+                obj = _get(api, namespace)
+                ready, last = readiness(obj)
+                if ready:
+                    return (obj.get("status") or {}).get("lastAppliedRevision") or ""
+                why = operator_problem(client.CoreV1Api(api), namespace)
+                if why:
+                    last += f"; Flux Operator not running: {why}"
+            except FluxNotReady as e:
+                last = str(e)
+            except Exception as e:  # noqa: BLE001 - an unreachable apiserver is an observation too
+                last = f"cannot read it: {describe_error(e)}"
+            if time.monotonic() >= deadline:
+                raise FluxNotReady(
+                    f"FluxInstance {namespace}/{INSTANCE_NAME} not Ready after {timeout:.0f} s: {last}. Fix what the "
+                    "condition names (source URL, credential, operator pod), then run `pulumi up` again.")
+            time.sleep(POLL)
+    finally:
+        api.close()
+
+
+def delete_instance(kubeconfig: str, namespace: str, *, timeout: float) -> str:
+    """Delete the FluxInstance (the operator's finalizer uninstalls Flux) and wait, bounded.
+    When the operator does not finalize it in time (not running: a dying zone), the finalizer
+    is removed so teardown goes on; the returned note says so."""
+    api = api_client(kubeconfig)
+    try:
+        try:
+            _custom(api).delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, INSTANCE_NAME,
+                                                         _request_timeout=REQUEST_TIMEOUT)
+        except client.ApiException as e:
+            if e.status == 404:
+                return "already gone"
+            raise
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if _get(api, namespace) is None:
+                return "uninstalled by the Flux Operator"
+            time.sleep(POLL)
+        why = operator_problem(client.CoreV1Api(api), namespace) or "the operator did not finish"
+        _custom(api).patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, INSTANCE_NAME, {"metadata": {"finalizers": None}},
+            _request_timeout=REQUEST_TIMEOUT)
+        return (f"the Flux Operator did not finalize FluxInstance {namespace}/{INSTANCE_NAME} within {timeout:.0f} s "
+                f"({why}); its finalizer was removed so the teardown goes on, Flux controllers may be left behind")
+    finally:
+        api.close()
+
+
+def retire_secrets(kubeconfig: str, namespace: str, names: list[str]) -> list[str]:
+    """Delete the named Secrets of the namespace; returns those that existed."""
+    api = api_client(kubeconfig)
+    core = client.CoreV1Api(api)
+    deleted = []
+    try:
+        for name in names:
+            try:
+                core.delete_namespaced_secret(name, namespace, _request_timeout=REQUEST_TIMEOUT)
+                deleted.append(name)
+            except client.ApiException as e:
+                if e.status != 404:
+                    raise
+        return deleted
+    finally:
+        api.close()

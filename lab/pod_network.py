@@ -1,0 +1,68 @@
+"""Pod network (lab stand-in): whether a host-network pod's API client reaches the apiserver.
+
+kwok-played pods run nothing, so the lab decides what a real node's network would do for the
+one case the seeds document (seed 002): a host-network pod whose in-cluster client uses the
+kubernetes Service ClusterIP (Kubernetes injects KUBERNETES_SERVICE_HOST=<ClusterIP>) reaches
+it only through the Service dataplane, which Cilium provides (kube-proxy is disabled). Until
+the node's Cilium agent is Ready the dial times out and the pod fails with the seed's
+signature; a pod that overrides the env (Talos KubePrism, localhost:7445) runs at once.
+
+With kube-proxy enabled in the machine config its host rules serve the ClusterIP without a CNI,
+so every such pod is reachable. kwok's stages (lab/kwok/stages.yaml) hold such pods in Pending until this module annotates a
+verdict: `reachable` (they run) or `unreachable` (Error, or crash-looping until reachable).
+"""
+
+from __future__ import annotations
+
+from kubernetes import client
+
+from lab.kwok import CNI_READY_ANNOTATION
+from lab.standins.loop import REQUEST_TIMEOUT
+
+VERDICT = "lab.kontinuum.sh/service-network"
+ERROR = "lab.kontinuum.sh/service-network-error"
+
+
+def uses_service_ip(pod: client.V1Pod) -> bool:
+    """The jq gate of stages.yaml in Python: host network, an API token, and a container that
+    keeps the injected KUBERNETES_SERVICE_HOST (the ClusterIP)."""
+    spec = pod.spec
+    if not spec.host_network or spec.automount_service_account_token is False:
+        return False
+    return any(not any(e.name == "KUBERNETES_SERVICE_HOST" for e in (c.env or [])) for c in spec.containers)
+
+
+def failure(host: str, port: int) -> str:
+    """The seed's failure signature for a client dialling the ClusterIP."""
+    return (f'Get "https://{host}:{port}/api?timeout=32s": dial tcp {host}:{port}: i/o timeout '
+            "(lab: the kubernetes Service ClusterIP is unreachable from the host network until Cilium is Ready)")
+
+
+def verdict(pod: client.V1Pod, cni_ready: bool) -> str | None:
+    """The annotation a pod should carry now, or None to leave it as it is."""
+    current = (pod.metadata.annotations or {}).get(VERDICT)
+    if pod.metadata.deletion_timestamp or not pod.spec.node_name or not uses_service_ip(pod):
+        return None
+    if cni_ready:
+        # A failed Job pod stays failed; a crash-looping one restarts into a working network.
+        return None if current == "reachable" or pod.status.phase == "Failed" else "reachable"
+    return None if current else "unreachable"
+
+
+def reconcile(core: client.CoreV1Api, nodes: dict, *, kube_proxy: bool = False) -> None:
+    """Annotate every host-network ClusterIP client on the cluster with its verdict. With
+    Talos's kube-proxy enabled, its host rules serve the ClusterIP before any CNI: reachable."""
+    try:
+        svc = core.read_namespaced_service("kubernetes", "default", _request_timeout=REQUEST_TIMEOUT)
+    except client.ApiException as e:
+        if e.status == 404:
+            return  # the apiserver has not created it yet: no client can have been given its address
+        raise
+    message = failure(svc.spec.cluster_ip, svc.spec.ports[0].port)
+    ready = {name for name, n in nodes.items() if (n.metadata.annotations or {}).get(CNI_READY_ANNOTATION) == "true"}
+    for pod in core.list_pod_for_all_namespaces(_request_timeout=REQUEST_TIMEOUT).items:
+        want = verdict(pod, kube_proxy or pod.spec.node_name in ready)
+        if want is not None:
+            core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
+                                      {"metadata": {"annotations": {VERDICT: want, ERROR: message}}},
+                                      _request_timeout=REQUEST_TIMEOUT)
