@@ -10,9 +10,9 @@ finalizer uninstall Flux, bounded: a zone whose operator is gone does not hang t
 from __future__ import annotations
 
 import pulumi
-from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, ResourceProvider, UpdateResult
 
-from providers.common import diff_inputs, with_secret_outputs
+from providers.common import TypedResource, diff_inputs, with_secret_outputs
 
 UPDATE_ON = ("manifest", "revision", "kubeconfig")
 
@@ -47,7 +47,7 @@ class FluxInstanceProvider(ResourceProvider):
             pulumi.log.warn(note)
 
 
-class FluxInstance(Resource):
+class FluxInstance(TypedResource, module="flux", name="FluxInstance"):
     ready: pulumi.Output[bool]
     appliedRevision: pulumi.Output[str]
 

@@ -6,9 +6,9 @@ makes it idempotent: an already deleted Secret is no error, and nothing is recre
 from __future__ import annotations
 
 import pulumi
-from pulumi.dynamic import CreateResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import CreateResult, ResourceProvider, UpdateResult
 
-from providers.common import diff_inputs, with_secret_outputs
+from providers.common import TypedResource, diff_inputs, with_secret_outputs
 
 
 class RetiredCredentialsProvider(ResourceProvider):
@@ -28,7 +28,7 @@ class RetiredCredentialsProvider(ResourceProvider):
         return UpdateResult(outs=self._retire(news))
 
 
-class RetiredCredentials(Resource):
+class RetiredCredentials(TypedResource, module="flux", name="RetiredCredentials"):
     deleted: pulumi.Output[list]
 
     def __init__(self, resource_name: str, *, kubeconfig: pulumi.Input[str], namespace: str, names: list[str],
