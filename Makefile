@@ -25,8 +25,12 @@ tools:
 debs:
 	tools/debian-packages.sh
 
+# Test modules run side by side (most of an e2e module's time is waiting on its lab), grouped
+# so that modules sharing loopback addresses never overlap (tests/conftest.py).
+TEST_WORKERS ?= 3
+
 test: venv tools debs
-	$(RUN) $(PY) -m pytest tests
+	$(RUN) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup tests
 
 test-unit: venv
 	$(PY) -m pytest tests/unit

@@ -10,6 +10,30 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# Modules that bind the same loopback addresses (a lab's nodes, hub, DNS or ACME server) must
+# not run at the same time: with `pytest -n N --dist loadgroup` (make test) each group runs in one
+# worker, one module after the other. Every other module is a group of its own, so its
+# module-scoped labs are never started twice.
+SHARED_ADDRESSES = {
+    "lab33": ("e2e/test_talos_cluster_engine.py", "e2e/test_zone_edits_engine.py"),  # the session lab
+    "net21": ("e2e/test_pools_engine.py", "integration/test_talos_api.py", "integration/test_talos_providers.py"),
+    "net9": ("integration/test_inventory.py", "integration/test_members.py", "integration/test_registry_join.py"),
+    "lab-defaults": ("integration/test_lab_cli.py", "integration/test_lab_clusters.py", "integration/test_hub_crds.py",
+                     "integration/test_downstream_footprint.py"),
+    "net40": ("e2e/test_exposure_engine.py", "integration/test_dns_rfc2136.py", "integration/test_gateway_standin.py"),
+    "net41": ("e2e/test_day2_engine.py", "integration/test_talos_upgrade.py"),
+    "net42": ("e2e/test_backup_engine.py", "integration/test_etcd_recovery.py", "integration/test_talos_ca_phases.py"),
+    "net43": ("e2e/test_flux_engine.py", "integration/test_flux_lab.py"),
+    "net44": ("e2e/test_ci_engine.py", "e2e/test_shared_backend_engine.py"),
+}
+GROUP_OF = {module: group for group, modules in SHARED_ADDRESSES.items() for module in modules}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        module = Path(item.fspath).resolve().relative_to(ROOT / "tests").as_posix()
+        item.add_marker(pytest.mark.xdist_group(GROUP_OF.get(module, module)))
+
 
 @pytest.fixture(scope="session")
 def tools_bin() -> Path:
