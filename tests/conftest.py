@@ -29,6 +29,7 @@ SHARED_ADDRESSES = {
 GROUP_OF = {module: group for group, modules in SHARED_ADDRESSES.items() for module in modules}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns the marker into the item's group
 def pytest_collection_modifyitems(items):
     for item in items:
         module = Path(item.fspath).resolve().relative_to(ROOT / "tests").as_posix()
