@@ -11,9 +11,9 @@ that registers this resource never needs the kubernetes client.
 from __future__ import annotations
 
 import pulumi
-from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, ResourceProvider, UpdateResult
+from pulumi.dynamic import CheckResult, CreateResult, ResourceProvider, UpdateResult
 
-from providers.common import TypedResource, diff_inputs, with_secret_outputs
+from providers.common import TypedResource, cluster_wait_failures, diff_inputs, with_secret_outputs
 
 UPDATE_ON = ("namespace", "name", "trigger", "kubeconfig")
 
@@ -23,13 +23,7 @@ UPDATE_ON = ("namespace", "name", "trigger", "kubeconfig")
 
 class CertificateReadyProvider(ResourceProvider):
     def check(self, _olds, news):
-        failures = [CheckFailure(k, "required") for k in ("namespace", "name") if not news.get(k)]
-        if not news.get("kubeconfig"):
-            failures.append(CheckFailure("kubeconfig", "required: the zone cluster's kubeconfig (secret)"))
-        timeout = news.get("timeout")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
-            failures.append(CheckFailure("timeout", f"must be a number of seconds >= 0, got {timeout!r}"))
-        return CheckResult(news, failures)
+        return CheckResult(news, cluster_wait_failures(news, "namespace", "name"))
 
     def diff(self, _id, olds, news):
         return diff_inputs(olds, news, update_on=UPDATE_ON)

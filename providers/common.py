@@ -7,7 +7,7 @@ into the state, so credentials travel only as secret inputs and come back as sec
 from __future__ import annotations
 
 import pulumi
-from pulumi.dynamic import DiffResult, Resource, ResourceProvider
+from pulumi.dynamic import CheckFailure, DiffResult, Resource, ResourceProvider
 
 # What every dynamic resource was called before each got its own type: stacks made then keep
 # their resources through this alias (no replace, no new machine step).
@@ -44,3 +44,15 @@ def why_not_read(exc: BaseException) -> str:
 
 def with_secret_outputs(opts: pulumi.ResourceOptions | None, *names: str) -> pulumi.ResourceOptions:
     return pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(additional_secret_outputs=list(names)))
+
+
+def cluster_wait_failures(news: dict, *required: str) -> list[CheckFailure]:
+    """Check failures shared by the waits on a zone cluster: the named keys required, the
+    cluster's kubeconfig present, the timeout a number of seconds >= 0."""
+    failures = [CheckFailure(k, "required") for k in required if not news.get(k)]
+    if not news.get("kubeconfig"):
+        failures.append(CheckFailure("kubeconfig", "required: the zone cluster's kubeconfig (secret)"))
+    timeout = news.get("timeout")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+        failures.append(CheckFailure("timeout", f"must be a number of seconds >= 0, got {timeout!r}"))
+    return failures

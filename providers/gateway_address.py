@@ -11,7 +11,7 @@ from __future__ import annotations
 import pulumi
 from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, ResourceProvider, UpdateResult
 
-from providers.common import TypedResource, diff_inputs, with_secret_outputs
+from providers.common import TypedResource, cluster_wait_failures, diff_inputs, with_secret_outputs
 
 UPDATE_ON = ("namespace", "name", "mode", "nodeSelector", "pool", "fixed", "trigger", "kubeconfig")
 MODES = ("hostNetwork", "loadBalancer")
@@ -19,14 +19,9 @@ MODES = ("hostNetwork", "loadBalancer")
 
 class GatewayAddressProvider(ResourceProvider):
     def check(self, _olds, news):
-        failures = [CheckFailure(k, "required") for k in ("namespace", "name", "setting") if not news.get(k)]
+        failures = cluster_wait_failures(news, "namespace", "name", "setting")
         if news.get("mode") not in MODES:
             failures.append(CheckFailure("mode", f"must be one of {', '.join(MODES)}, got {news.get('mode')!r}"))
-        if not news.get("kubeconfig"):
-            failures.append(CheckFailure("kubeconfig", "required: the zone cluster's kubeconfig (secret)"))
-        timeout = news.get("timeout")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
-            failures.append(CheckFailure("timeout", f"must be a number of seconds >= 0, got {timeout!r}"))
         return CheckResult(news, failures)
 
     def diff(self, _id, olds, news):
