@@ -139,20 +139,28 @@ class Acme:
 
 
 def ensure_ca(workdir: Path) -> pki.CertKey:
-    """The lab ACME server's CA in `workdir` (ca.crt, ca.key), made on first use and kept."""
+    """The lab ACME server's CA in `workdir` (ca.crt, ca.key), made on first use and kept.
+
+    Test workers call this at the same time: a lock makes one of them create the pair, and each
+    file appears whole (written aside, then renamed), so no reader sees half a PEM or a key that
+    belongs to another certificate."""
+    import fcntl
+
     workdir = Path(workdir)
     crt, key = workdir / "ca.crt", workdir / "ca.key"
-    if crt.exists() and key.exists():
-        return pki.CertKey(crt.read_bytes(), key.read_bytes())
     workdir.mkdir(parents=True, exist_ok=True)
-    ca = pki.new_ca(common_name="kontinuum lab ACME server CA", organizations=["kontinuum-lab"])
-    tmp = key.with_name("ca.key.tmp")
-    tmp.write_bytes(b"")
-    tmp.chmod(0o600)
-    tmp.write_bytes(ca.key)
-    tmp.replace(key)
-    crt.write_bytes(ca.crt)
-    return ca
+    with open(workdir / ".ca.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if crt.exists() and key.exists():
+            return pki.CertKey(crt.read_bytes(), key.read_bytes())
+        ca = pki.new_ca(common_name="kontinuum lab ACME server CA", organizations=["kontinuum-lab"])
+        for path, data, mode in ((key, ca.key, 0o600), (crt, ca.crt, 0o644)):
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_bytes(b"")
+            tmp.chmod(mode)
+            tmp.write_bytes(data)
+            tmp.replace(path)
+        return ca
 
 
 def _path() -> str:

@@ -83,7 +83,7 @@ def helm_record_watcher(lab: Path):
             return None
         core = client.CoreV1Api(api_client(kubeconfig))
         selector = f"owner=helm,name={inputs.get('name')}"
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 240  # the upstream Cilium chart renders slowly on a busy machine
         while time.monotonic() < deadline:
             try:
                 items = core.list_namespaced_secret(inputs.get("namespace") or "default", label_selector=selector,
@@ -96,7 +96,7 @@ def helm_record_watcher(lab: Path):
                                                     _request_timeout=5).items
                 latest = max(items, key=lambda i: int(i.metadata.labels.get("version", "0")), default=None)
                 return latest.metadata.labels.get("status") if latest else None
-            time.sleep(0.01)
+            time.sleep(0.05)
         return None
     return watch
 

@@ -143,7 +143,13 @@ def test_one_node_cluster_real_scheduler_and_cni_gated_health(tools, bundle, tmp
 
         stack.set_config("replicas", "1")
         stack.up(timeout=600)
-        wait_until("every Cilium pod Ready", lambda: (pods := cilium_pods(core)) and len(pods) == 2 and all(map(is_ready, pods)), 120)
+        def one_agent_one_operator_ready():
+            pods = cilium_pods(core)
+            if len(pods) == 2 and all(map(is_ready, pods)):
+                return True
+            raise AssertionError([(p.metadata.name, p.spec.node_name, p.status.phase, is_ready(p)) for p in pods])
+
+        wait_until("one agent and one operator, both Ready", one_agent_one_operator_ready, 120)
         progress = cp.health_check([node.address], wait_timeout=60)
         assert any("all k8s nodes to report ready: OK" in m for m in progress), progress
         api.close()

@@ -13,7 +13,11 @@ from providers.kubeconfig import KubeconfigProvider
 from providers.talos_secrets import TalosSecretsProvider
 
 BUNDLE = secrets.generate()
-NOW = dt.datetime.now(dt.timezone.utc)
+
+
+def now() -> dt.datetime:
+    """The clock at assertion time (a module-level constant goes stale when xdist runs the module late)."""
+    return dt.datetime.now(dt.timezone.utc)
 
 
 def issuer(cert_pem: bytes) -> str:
@@ -32,7 +36,7 @@ def test_talosconfig_is_renewed_within_renew_before_and_only_then(short_lived, m
              "importYaml": secrets.dump(BUNDLE)}
     old = p.create(props).outs
     expires = dt.datetime.fromisoformat(old["talosconfigExpires"].replace("Z", "+00:00"))
-    assert dt.timedelta(days=19) < expires - NOW <= dt.timedelta(days=20, minutes=5)
+    assert dt.timedelta(days=19) < expires - now() <= dt.timedelta(days=20, minutes=5)
     assert p.diff("eu-a", old, {**props}).changes  # due: a plain up renews it
 
     monkeypatch.setattr(talosconfig, "CLIENT_CERT_DAYS", 365)
@@ -63,7 +67,7 @@ def test_kubeconfig_is_renewed_locally_without_asking_a_node():
     assert p.diff("10.0.0.1", old, props).changes
     new = p.update("10.0.0.1", old, props).outs  # 10.0.0.1 is never dialled: the update would time out
     crt = renewal.kubeconfig_cert(new["kubeconfig"])
-    assert renewal.expiry(crt) - NOW > dt.timedelta(days=364) and issuer(crt) == issuer(BUNDLE.k8s.crt)
+    assert renewal.expiry(crt) - now() > dt.timedelta(days=364) and issuer(crt) == issuer(BUNDLE.k8s.crt)
     assert "https://10.0.0.1:6443" in new["kubeconfig"] and new["kubernetesVersion"] == "v1"
     assert new["kubeconfigExpires"] == renewal.rfc3339(renewal.expiry(crt))
     assert not p.diff("10.0.0.1", new, props).changes
