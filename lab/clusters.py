@@ -31,7 +31,7 @@ import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Iterable, Optional
 from urllib.parse import urlsplit
 
 import yaml
@@ -407,8 +407,9 @@ class ClusterRunner:
             self.name, self.workdir / "controlplane", self.config.pki,
             address=self.address, apiserver_port=self.config.endpoint_port, etcd_ports=(2379, 2380),
             controllers=True, service_cidr=self.config.service_subnet, pod_cidr=self.config.pod_subnet,
-            egress_selector=(service_proxy.egress_config(service_proxy.socket_path(self.workdir))
-                             if self._real_cert_manager else None),
+            # Always: without it the apiserver would dial a webhook's ClusterIP through the host's
+            # default route, off this machine; with it, an unreachable Service is refused here.
+            egress_selector=service_proxy.egress_config(service_proxy.socket_path(self.workdir)),
             restore_from=state.recover_from, skip_hash_check=state.skip_hash_check,
         )
         self.control_plane = cp
@@ -421,9 +422,9 @@ class ClusterRunner:
         self.flux = OperatorRunner(self.workdir, self.kubeconfig_path, address=self.address, cluster=self.name)
         self.kwok = kwok.start(self.workdir, self.kubeconfig_path, cluster=self.name,
                                node_ip=self.host.address, pod_cidr=self.config.pod_subnet)
+        self.service_proxy = service_proxy.ServiceProxy(service_proxy.socket_path(self.workdir), self.kubeconfig_path,
+                                                        cluster=self.name).start()
         if self._real_cert_manager:
-            self.service_proxy = service_proxy.ServiceProxy(service_proxy.socket_path(self.workdir), self.kubeconfig_path,
-                                                            cluster=self.name).start()
             self.cert_manager = CertManager(self.workdir, self.kubeconfig_path, cluster=self.name,
                                             nameservers=[self.acme.nameserver])
             self.zone_dns = ZoneDns(self.acme, cluster=self.name)

@@ -14,9 +14,10 @@ import os
 from pathlib import Path
 
 import yaml
-from kubernetes import client, config as kconfig
+from kubernetes import client
 
 from kontinuum.hub import crds as hub_crds
+from kontinuum.kube import clients
 from kontinuum.talos.pki import CertKey
 from lab import crds as lab_crds
 from lab.controlplane import ClusterPKI, ControlPlane, free_port
@@ -106,7 +107,7 @@ class Hub:
         return self.kubeconfig_path.read_text()
 
     def api_client(self) -> client.ApiClient:
-        return kconfig.new_client_from_config_dict(yaml.safe_load(self.kubeconfig))
+        return clients.api_client(self.kubeconfig)
 
     def start(self, timeout: float = 120.0) -> "Hub":
         """Start the apiserver, install and await our CRDs, create the hub namespace, write the kubeconfig."""

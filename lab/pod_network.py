@@ -17,19 +17,20 @@ from __future__ import annotations
 from kubernetes import client
 
 from lab.kwok import CNI_READY_ANNOTATION
-from lab.standins.loop import REQUEST_TIMEOUT
+from lab.standins.loop import REQUEST_TIMEOUT, list_json
 
 VERDICT = "lab.kontinuum.sh/service-network"
 ERROR = "lab.kontinuum.sh/service-network-error"
 
 
-def uses_service_ip(pod: client.V1Pod) -> bool:
+def uses_service_ip(pod: dict) -> bool:
     """The jq gate of stages.yaml in Python: host network, an API token, and a container that
-    keeps the injected KUBERNETES_SERVICE_HOST (the ClusterIP)."""
-    spec = pod.spec
-    if not spec.host_network or spec.automount_service_account_token is False:
+    keeps the injected KUBERNETES_SERVICE_HOST (the ClusterIP). `pod` is the API's JSON."""
+    spec = pod.get("spec") or {}
+    if not spec.get("hostNetwork") or spec.get("automountServiceAccountToken") is False:
         return False
-    return any(not any(e.name == "KUBERNETES_SERVICE_HOST" for e in (c.env or [])) for c in spec.containers)
+    return any(not any(e.get("name") == "KUBERNETES_SERVICE_HOST" for e in (c.get("env") or []))
+               for c in spec.get("containers") or [])
 
 
 def failure(host: str, port: int) -> str:
@@ -38,20 +39,24 @@ def failure(host: str, port: int) -> str:
             "(lab: the kubernetes Service ClusterIP is unreachable from the host network until Cilium is Ready)")
 
 
-def verdict(pod: client.V1Pod, cni_ready: bool) -> str | None:
-    """The annotation a pod should carry now, or None to leave it as it is."""
-    current = (pod.metadata.annotations or {}).get(VERDICT)
-    if pod.metadata.deletion_timestamp or not pod.spec.node_name or not uses_service_ip(pod):
+def verdict(pod: dict, cni_ready: bool) -> str | None:
+    """The annotation a pod (the API's JSON) should carry now, or None to leave it as it is."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    current = (meta.get("annotations") or {}).get(VERDICT)
+    if meta.get("deletionTimestamp") or not spec.get("nodeName") or not uses_service_ip(pod):
         return None
     if cni_ready:
         # A failed Job pod stays failed; a crash-looping one restarts into a working network.
-        return None if current == "reachable" or pod.status.phase == "Failed" else "reachable"
+        return None if current == "reachable" or (pod.get("status") or {}).get("phase") == "Failed" else "reachable"
     return None if current else "unreachable"
 
 
 def reconcile(core: client.CoreV1Api, nodes: dict, *, kube_proxy: bool = False) -> None:
     """Annotate every host-network ClusterIP client on the cluster with its verdict. With
-    Talos's kube-proxy enabled, its host rules serve the ClusterIP before any CNI: reachable."""
+    Talos's kube-proxy enabled, its host rules serve the ClusterIP before any CNI: reachable.
+
+    Runs every second on every lab cluster: pods are read as plain JSON, since building the
+    client's model objects for every pod cost more CPU than the rest of the lab together."""
     try:
         svc = core.read_namespaced_service("kubernetes", "default", _request_timeout=REQUEST_TIMEOUT)
     except client.ApiException as e:
@@ -60,9 +65,9 @@ def reconcile(core: client.CoreV1Api, nodes: dict, *, kube_proxy: bool = False) 
         raise
     message = failure(svc.spec.cluster_ip, svc.spec.ports[0].port)
     ready = {name for name, n in nodes.items() if (n.metadata.annotations or {}).get(CNI_READY_ANNOTATION) == "true"}
-    for pod in core.list_pod_for_all_namespaces(_request_timeout=REQUEST_TIMEOUT).items:
-        want = verdict(pod, kube_proxy or pod.spec.node_name in ready)
+    for pod in list_json(core.list_pod_for_all_namespaces):
+        want = verdict(pod, kube_proxy or pod["spec"].get("nodeName") in ready)
         if want is not None:
-            core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
+            core.patch_namespaced_pod(pod["metadata"]["name"], pod["metadata"]["namespace"],
                                       {"metadata": {"annotations": {VERDICT: want, ERROR: message}}},
                                       _request_timeout=REQUEST_TIMEOUT)

@@ -55,6 +55,8 @@ def _api_client(kubeconfig: str):
     never needs it, only the provider process does.)"""
     from kubernetes import client as kube, config as kube_config
 
+    from kontinuum.kube import clients
+
     cfg = kube.Configuration()
     try:
         kube_config.load_kube_config_from_dict(yaml.safe_load(kubeconfig), client_configuration=cfg)
@@ -64,7 +66,7 @@ def _api_client(kubeconfig: str):
             "check the cluster's machine config (cluster.controlPlane.endpoint)"
         ) from None
     cfg.retries = False  # urllib3 would otherwise retry 3 times inside one request timeout
-    return kube.ApiClient(cfg)
+    return clients.ApiClient(cfg)
 
 
 def _reason(exc: Exception) -> str:

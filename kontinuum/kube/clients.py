@@ -8,6 +8,35 @@ from kubernetes import client, config
 from kontinuum.errors import ConfigError
 
 
+class ApiClient(client.ApiClient):
+    """kubernetes' ApiClient, with models built against one shared Configuration.
+
+    The generated models make a fresh `Configuration()` for every object they build when none is
+    passed, and the client's deserializer passes none: each one creates loggers, resets their
+    levels under logging's global lock and counts CPUs, so reading a list of pods cost more CPU
+    than the request, and threads polling several clusters queued on that lock. The shared one
+    is read only (the models look at `client_side_validation`), so the objects are the same."""
+
+    _models_configuration = type.__call__(client.Configuration)
+
+    def _ApiClient__deserialize_model(self, data, klass):  # the private hook the deserializer calls
+        types = klass.openapi_types
+        if not types and not hasattr(klass, "get_real_child_model"):
+            return data
+        kwargs = {}
+        if isinstance(data, dict) and types:
+            for attr, attr_type in types.items():
+                key = klass.attribute_map[attr]
+                if key in data:
+                    kwargs[attr] = self._ApiClient__deserialize(data[key], attr_type)
+        instance = klass(local_vars_configuration=self._models_configuration, **kwargs)
+        if hasattr(instance, "get_real_child_model"):
+            real = instance.get_real_child_model(data)
+            if real:
+                return self._ApiClient__deserialize(data, real)
+        return instance
+
+
 def api_client(kubeconfig: str, *, context: str | None = None) -> client.ApiClient:
     """An ApiClient for the kubeconfig's current (or given) context."""
     try:
@@ -16,7 +45,9 @@ def api_client(kubeconfig: str, *, context: str | None = None) -> client.ApiClie
         raise ConfigError("kubeconfig", f"not valid YAML ({e.__class__.__name__})") from None
     if not isinstance(data, dict) or not data.get("clusters"):
         raise ConfigError("kubeconfig", "no clusters in it; pass the admin kubeconfig of the cluster")
-    return config.new_client_from_config_dict(data, context=context)
+    configuration = type.__call__(client.Configuration)
+    config.load_kube_config_from_dict(data, context=context, client_configuration=configuration)
+    return ApiClient(configuration=configuration)
 
 
 def server_of(kubeconfig: str) -> str:

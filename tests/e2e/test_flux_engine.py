@@ -15,7 +15,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import client
 
 from kontinuum.kube.clients import api_client
@@ -23,9 +22,8 @@ from lab import flux_operator
 from lab.git_server import GitServer, init_repo
 from lab.process import wait_until
 from lab.pulumi_cli import ROOT, Stack
-from tests.e2e.labs import running_lab
+from tests.e2e.labs import lab_stack_config, running_lab
 
-LAB_STACK = ROOT / "stacks" / "Pulumi.lab.yaml"
 NODE, HUB = "127.0.43.21", "127.0.0.43"
 TOKEN = "lab-primary-token-7f3a9c"  # the primary Git server's password: must never show in state or output
 OLD_TOKEN = "lab-gitea-token-0b1d2e"
@@ -64,8 +62,7 @@ class Zone:
         self.credentials = {"primary": TOKEN, "gitea": OLD_TOKEN}
 
     def configure(self, **flux) -> None:
-        cfg = yaml.safe_load(LAB_STACK.read_text())["config"]
-        cfg["kontinuum:hubKubeconfigFile"] = str(self.lab / "hub" / "kubeconfig")
+        cfg = lab_stack_config(self.lab)  # this lab runs no ACME server: the stand-in cert-manager chart
         cfg["kontinuum:defaults"]["timeouts"].update(flux=240)
         zone = {"zone": "a", "talosAddresses": [NODE]}
         if flux.get("source") is not False:

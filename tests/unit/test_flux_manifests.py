@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import json
 
-from kubernetes import client
 
 from kontinuum.kube import flux
 from kontinuum_components import flux as component
@@ -109,13 +108,13 @@ def test_readiness_names_the_failing_condition():
 
 
 def _pod(*, host_network=True, env=None, automount=None, node="n1", phase="Pending", verdict=None):
-    return client.V1Pod(
-        metadata=client.V1ObjectMeta(name="p", namespace="ns",
-                                     annotations={pod_network.VERDICT: verdict} if verdict else None),
-        spec=client.V1PodSpec(host_network=host_network, automount_service_account_token=automount, node_name=node,
-                              containers=[client.V1Container(name="c", env=[client.V1EnvVar(name=k, value=v)
-                                                                            for k, v in (env or {}).items()])]),
-        status=client.V1PodStatus(phase=phase))
+    """A pod as the API's JSON (what the lab's pod-network loop reads)."""
+    spec = {"hostNetwork": host_network, "nodeName": node,
+            "containers": [{"name": "c", "env": [{"name": k, "value": v} for k, v in (env or {}).items()]}]}
+    if automount is not None:
+        spec["automountServiceAccountToken"] = automount
+    meta = {"name": "p", "namespace": "ns", **({"annotations": {pod_network.VERDICT: verdict}} if verdict else {})}
+    return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
 
 
 def test_pod_network_verdicts():
