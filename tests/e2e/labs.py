@@ -27,10 +27,12 @@ def lab_cli(state: Path, *args: str, timeout: float = 400) -> subprocess.Complet
 
 
 @contextmanager
-def running_lab(state: Path, *, nodes: int, first_address: str, hub_address: str, ttl: float = 1800,
+def running_lab(state: Path, *, nodes: int, first_address: str, hub_address: str, ttl: float = 5400,
                 acme_address: str = ""):
     """Yields the state directory; `lab down` must leave nothing running. With an ACME address
-    the lab runs Pebble and real cert-manager (lab/supervisor.py)."""
+    the lab runs Pebble and real cert-manager (lab/supervisor.py). The time-to-live only stops a
+    lab whose test run died: it covers a whole CI run (90 min), since a module sharing its lab
+    takes 30 min and more on a busy machine."""
     up = lab_cli(state, "up", "--nodes", str(nodes), "--first-address", first_address,
                  "--hub-address", hub_address, "--acme-address", acme_address, "--ttl", str(ttl))
     try:

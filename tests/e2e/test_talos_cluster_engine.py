@@ -39,6 +39,12 @@ def test_one_node_zone_ready_with_cilium_before_health_and_cert_manager_after(la
     cert_manager_start = seq(evs, "resourcePreEvent", "e2e-one-cert-manager")
     assert cilium_done < health_start < health_done < cert_manager_start
     assert node_state(ONE[0])["mode"] == "configured"
+    retire(stack)
+
+
+def retire(stack) -> None:
+    """Destroy a zone no later test uses: its cluster would load the shared lab for the rest of the run."""
+    stack.destroy(timeout=600)
 
 
 # --- three control planes and two workers ----------------------------------------------------------
@@ -103,6 +109,7 @@ def test_up_killed_after_config_apply_converges_on_rerun(lab, tmp_path):
     assert not locks()
     assert ready(stack, "kill")
     assert sum(c.get("Bootstrap", 0) for c in calls(KILL).values()) <= 2  # at most once per run
+    retire(stack)
 
 
 def test_hung_worker_fails_bounded_naming_it_then_converges(lab, tmp_path):
@@ -134,3 +141,4 @@ def test_hung_worker_fails_bounded_naming_it_then_converges(lab, tmp_path):
     stack.up()
     assert ready(stack, "hang")
     assert node_state(HANG_WORKER)["mode"] == "configured"
+    retire(stack)

@@ -100,17 +100,16 @@ def test_health_timeout_reruns_the_check_with_the_workers_that_joined(zone_stack
     converge(stack)
 
 
-def test_hub_kubeconfig_rotation_touches_no_node(zone_stack, tmp_path):
+def test_hub_side_edits_touch_no_node(zone_stack, tmp_path):
+    """A rotated hub kubeconfig and unregisterInstancesOnDelete turned on, in one up."""
     stack, lab = zone_stack
     rotated = tmp_path / "hub-kubeconfig"
     rotated.write_text("# rotated\n" + (lab / "hub" / "kubeconfig").read_text())
-    edit(stack, lambda c, z: c.update({"kontinuum:hubKubeconfigFile": str(rotated)}))
-    converge(stack)
 
-
-def test_unregister_instances_on_delete_touches_no_node(zone_stack):
-    stack, _ = zone_stack
-    edit(stack, lambda c, z: z.update({"unregisterInstancesOnDelete": True}))
+    def change(c, z):
+        c["kontinuum:hubKubeconfigFile"] = str(rotated)
+        z["unregisterInstancesOnDelete"] = True
+    edit(stack, change)
     converge(stack)
 
 
