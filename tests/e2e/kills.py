@@ -221,8 +221,12 @@ def run_killed(stack: Stack, command: str, log: Path, op: str, seen: set[str], *
                 entry, plugins = frozen
                 status = None
                 if k == "helm" and helm_record:
-                    thaw(plugins)  # the kubernetes plugin installs, the engine stays frozen
-                    status = helm_record(entry, lambda: freeze(proc, stack))  # frozen again at the record
+                    # The engine may have been stopped between recording the pending step and
+                    # sending it to the plugin: the whole run goes on, and is stopped again the
+                    # moment Helm's pending record shows (Helm keeps it while it applies and waits).
+                    thaw(plugins)
+                    os.killpg(proc.pid, signal.SIGCONT)
+                    status = helm_record(entry, lambda: freeze(proc, stack))
                 at_kill, after = kill(proc, stack)
                 return Kill(k, op, meta["urn"], after, at_kill, status)
             assert time.monotonic() < deadline, f"`pulumi {command}` still running after {timeout:g} s"

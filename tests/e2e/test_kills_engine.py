@@ -72,9 +72,9 @@ def zone_kubeconfig(lab: Path, zone: str) -> str | None:
 
 
 def helm_record_watcher(lab: Path):
-    """Waits, the engine frozen and the kubernetes plugin still working, for the pending release
-    record an install or upgrade writes before any object, then freezes the plugin too: the kill
-    then lands inside `helm install`/`upgrade`. Returns the latest record's status at the kill."""
+    """Waits, while the run goes on, for the pending release record an install or upgrade writes
+    before any object, then freezes the run: the kill then lands inside `helm install`/`upgrade`.
+    Returns the latest record's status at the kill."""
     def watch(entry: dict, refreeze) -> str | None:
         inputs = entry["resource"].get("inputs") or {}
         zone = entry["resource"]["urn"].rsplit("::", 1)[-1].split("-")[1]
@@ -83,20 +83,27 @@ def helm_record_watcher(lab: Path):
             return None
         core = client.CoreV1Api(api_client(kubeconfig))
         selector = f"owner=helm,name={inputs.get('name')}"
+        namespace = inputs.get("namespace") or "default"
+
+        def records() -> list:
+            try:
+                return core.list_namespaced_secret(namespace, label_selector=selector, _request_timeout=5).items
+            except Exception:  # noqa: BLE001 - the apiserver may be busy; the deadline bounds it
+                return []
+
+        def version(record) -> int:
+            return int(record.metadata.labels.get("version", "0"))
+
+        before = max(map(version, records()), default=0)
         deadline = time.monotonic() + 240  # the upstream Cilium chart renders slowly on a busy machine
         while time.monotonic() < deadline:
-            try:
-                items = core.list_namespaced_secret(inputs.get("namespace") or "default", label_selector=selector,
-                                                    _request_timeout=5).items
-            except Exception:  # noqa: BLE001 - the apiserver may be busy; the deadline bounds it
-                items = []
-            if any(i.metadata.labels.get("status", "").startswith("pending-") for i in items):
+            items = records()
+            pending = any(i.metadata.labels.get("status", "").startswith("pending-") for i in items)
+            if pending or max(map(version, items), default=0) > before:  # pending, or already past it
                 refreeze()
-                items = core.list_namespaced_secret(inputs.get("namespace") or "default", label_selector=selector,
-                                                    _request_timeout=5).items
-                latest = max(items, key=lambda i: int(i.metadata.labels.get("version", "0")), default=None)
+                latest = max(records() or items, key=version, default=None)
                 return latest.metadata.labels.get("status") if latest else None
-            time.sleep(0.05)
+            time.sleep(0.01)
         return None
     return watch
 
