@@ -51,6 +51,7 @@ DEFAULT_TIMEOUTS = {
     "flux": 600,
     "teardown": int(WAIT_DEFAULTS.reset),
     "upgrade": 900,
+    "kubernetesUpgrade": 300,  # each component of each node during a Kubernetes upgrade (talosctl: 5 min)
 }
 
 # What a reset wipes on teardown (zones[].teardown.wipe). Talos's documented way back to

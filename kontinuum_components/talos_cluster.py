@@ -89,8 +89,10 @@ class TalosCluster(pulumi.ComponentResource):
             both = pulumi.Output.all(secrets.secretsYaml, self.endpoint).apply(render)
             return both.apply(lambda b: b[0]), pulumi.Output.unsecret(both.apply(lambda b: b[1]))
 
+        configs = {p.name: config_for(p.name) for p in (zone.control_plane, *zone.workers)}
+
         def applies(p: Pool, role: str, after: list[pulumi.Resource]) -> list[ConfigApply]:
-            config, view = config_for(p.name)
+            config, view = configs[p.name]
             made: list[ConfigApply] = []
             for m in members[p.name]:
                 # Control planes one after the other: each joins etcd (and waits for it to be healthy)
@@ -118,10 +120,16 @@ class TalosCluster(pulumi.ComponentResource):
                 ))
             return made
 
-        # Recorded Kubernetes version: its diff refuses, at preview, a skip or a downgrade before any
-        # node gets a config with the new version.
-        k8s_version = KubernetesVersion(f"{name}-kubernetes-version", zone=name, version=zone.kubernetes_version,
-                                        config_path=zone.path, opts=child)
+        # The Kubernetes version: its diff refuses, at preview, a skip or a downgrade; on a change it
+        # rolls the new version out node by node (upgrade-k8s's order) before any ConfigApply sends
+        # the full new configs, so no node gets all its new images at once.
+        pools = [(zone.control_plane, "controlplane"), *((w, "worker") for w in zone.workers)]
+        k8s_version = KubernetesVersion(
+            f"{name}-kubernetes-version", zone=name, version=zone.kubernetes_version, config_path=zone.path,
+            nodes=[{"name": iname[m], "address": address(m), "role": role, "pool": p.name}
+                   for p, role in pools for m in members[p.name]],
+            configs={p.name: configs[p.name][0] for p, _ in pools}, talosconfig=talosconfig,
+            talos_port=zone.talos_port, timeout=float(t["kubernetesUpgrade"]), opts=child)
         cp_applies = applies(zone.control_plane, "controlplane", [cp_pool, k8s_version])
         bootstrap = Bootstrap(f"{name}-bootstrap", address=first_cp, talosconfig=talosconfig,
                               talos_port=zone.talos_port, timeout=float(t["bootstrap"]),

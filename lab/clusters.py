@@ -6,7 +6,10 @@ When an emulated cluster is bootstrapped, the ClusterManager starts, for that cl
   (the first control plane's) at the endpoint's port, so the kubeconfig the Talos Kubeconfig RPC
   hands out works unchanged;
 - kwok as every member's kubelet (lab/kwok): a Node per member, registered by the lab the way a
-  kubelet registers itself, NotReady until the Cilium agent pod on it is Ready;
+  kubelet registers itself, NotReady until the Cilium agent pod on it is Ready, reporting the
+  kubelet version of its machine config, plus the control planes' static-pod mirror Pods with the
+  images of their configs (lab/static_pods.py). The control plane itself is the one pinned
+  Kubernetes version (tools/versions.env), whatever version the configs name;
 - real cert-manager (lab/certmanager.py: its controller and webhook as processes) when the lab
   runs an ACME server (lab/acme.py), with the zone host records published in the lab's DNS
   (lab/zone_dns.py); without one, the certificate issuer stand-in instead;
@@ -23,6 +26,7 @@ The control plane stops when every node of the cluster was reset, or the node th
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import ipaddress
 import logging
@@ -38,7 +42,7 @@ import yaml
 from kubernetes import client
 
 from kontinuum.talos.pki import CertKey
-from lab import kwok, pod_network, service_proxy
+from lab import kwok, pod_network, service_proxy, static_pods
 from lab.acme import Acme
 from lab.certmanager import CertManager
 from lab.flux_operator import OperatorRunner
@@ -78,6 +82,7 @@ def _b64(doc: dict, *path: str) -> bytes:
     return base64.b64decode(str(value))
 
 
+@functools.lru_cache(maxsize=128)  # read on every reconcile tick; a config is replaced, never changed
 def _v1alpha1(raw: bytes) -> dict:
     for doc in yaml.safe_load_all(raw):
         if isinstance(doc, dict) and doc.get("version") == "v1alpha1" and "kind" not in doc:
@@ -542,6 +547,7 @@ class ClusterRunner:
             if name in nodes:
                 self._annotate(core, name, {kwok.MANAGED_ANNOTATION: None, kwok.CNI_READY_ANNOTATION: None})
                 log.info("cluster %s: Node %s (%s) left; kwok no longer plays its kubelet", self.name, name, address)
+        static_pods.reconcile(core, [(n, MemberInfo.of(n)) for n in current.values()], nodes)
         self._reconcile_cni(core, nodes)
         pod_network.reconcile(core, nodes, kube_proxy=self.config.kube_proxy)  # seed 002: host-network clients of the Service ClusterIP
         if self.flux is not None:

@@ -1,0 +1,266 @@
+"""A zone's Kubernetes upgrade, talosctl upgrade-k8s's flow done by us (reference/day2-facts.md
+§2, DESIGN §10). No Pulumi: providers/kubernetes_version.py calls it.
+
+Order (plan()): each control plane one at a time, and on it kube-apiserver → kube-controller-
+manager → kube-scheduler, each through its machine config (ApplyConfiguration NO_REBOOT of the
+whole config, as talosctl's patch does), waiting until that node's static pod runs the target
+image and is Ready; then every kubelet node by node, control planes first (machine.kubelet.image),
+waiting until the Node reports the target kubelet version and is Ready. The bootstrap manifests
+come last: the zone's ConfigApply resources depend on this rollout and then apply the full
+configs (cluster.proxy.image and the rest).
+
+Each step sends the node the zone's TARGET config with the images of the steps still ahead held
+at what the node runs now, so one component moves at a time. Resumable by reading the truth
+first: a component whose pod already runs the target image and is Ready, or a kubelet whose
+Node already reports the target version and is Ready, is skipped without a call to its node, so
+a re-run after a kill never redoes a finished node. Every wait is bounded and names the node
+and the component.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import yaml
+from kubernetes import client
+
+from kontinuum.errors import KontinuumError
+from kontinuum.kube.clients import describe_error
+from kontinuum.talos.client import TalosClient
+from kontinuum.talos.errors import TalosError
+from kontinuum.talos.waits import WAIT_DEFAULTS, NotYet, wait_until
+
+# Static pods in upgrade order, with where the machine config holds each one's image.
+COMPONENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("kube-apiserver", ("cluster", "apiServer", "image")),
+    ("kube-controller-manager", ("cluster", "controllerManager", "image")),
+    ("kube-scheduler", ("cluster", "scheduler", "image")),
+)
+KUBELET = "kubelet"
+KUBELET_PATH = ("machine", "kubelet", "image")
+STATIC_PODS, KUBELETS = "static-pods", "kubelet"
+NAMESPACE = "kube-system"
+REQUEST_TIMEOUT = 10.0  # seconds per Kubernetes API call
+# Pods and Nodes change within seconds of a config: short, even pauses keep the rollout close
+# to what the nodes take (bench/upgrade.py measures the overhead).
+_POLL = dataclasses.replace(WAIT_DEFAULTS, first_pause=0.2, max_pause=0.5)
+
+
+class KubernetesUpgradeError(KontinuumError):
+    """A step could not run (the API does not answer, a node refused its config)."""
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str  # how messages name the node (its Instance)
+    address: str
+    control_plane: bool
+    config: str  # the zone's target machine config for this node's pool (secret)
+
+
+@dataclass(frozen=True)
+class Step:
+    node: Node
+    phase: str  # STATIC_PODS or KUBELETS
+
+    @property
+    def components(self) -> tuple[str, ...]:
+        return tuple(c for c, _ in COMPONENTS) if self.phase == STATIC_PODS else (KUBELET,)
+
+
+def plan(nodes: Iterable[Node]) -> list[Step]:
+    """The documented order: control planes' static pods one node at a time, then kubelets
+    node by node, control planes first; the given order is kept within each group."""
+    nodes = list(nodes)
+    cps = [n for n in nodes if n.control_plane]
+    workers = [n for n in nodes if not n.control_plane]
+    return [Step(n, STATIC_PODS) for n in cps] + [Step(n, KUBELETS) for n in cps + workers]
+
+
+def plan_lines(steps: list[Step], current: str, target: str) -> list[str]:
+    return [f"Kubernetes upgrade, step {i}/{len(steps)}: {s.node.name} ({s.node.address}) "
+            f"{', '.join(s.components)} {current} → {target}" for i, s in enumerate(steps, 1)]
+
+
+# --- machine config (pure) ----------------------------------------------------------------------
+
+
+def with_tag(image: str, version: str) -> str:
+    """`image` with its tag set to `version` (v-prefixed, as Kubernetes images are tagged)."""
+    name = image.split("@", 1)[0]
+    if ":" in name.rsplit("/", 1)[-1]:
+        name = name.rsplit(":", 1)[0]
+    return f"{name}:v{version.removeprefix('v')}"
+
+
+def tag_of(image: str) -> str:
+    last = image.split("@", 1)[0].rsplit("/", 1)[-1]
+    return last.rsplit(":", 1)[1] if ":" in last else ""
+
+
+def _v1alpha1(docs: list) -> dict:
+    for doc in docs:
+        if isinstance(doc, dict) and doc.get("version") == "v1alpha1" and "kind" not in doc:
+            return doc
+    raise KubernetesUpgradeError("the zone's machine config has no v1alpha1 document")
+
+
+def _dig(doc: dict, path: tuple[str, ...]) -> object:
+    for key in path:
+        doc = doc.get(key) if isinstance(doc, dict) else None
+    return doc
+
+
+def target_images(config: str) -> dict[str, str]:
+    """component → image in the config (the kubelet included; static pods on control planes)."""
+    doc = _v1alpha1(list(yaml.safe_load_all(config)))
+    found = {c: _dig(doc, path) for c, path in (*COMPONENTS, (KUBELET, KUBELET_PATH))}
+    return {c: str(image) for c, image in found.items() if image}
+
+
+def held_back(config: str, keep: dict[str, str]) -> str:
+    """The target config with the images of `keep` (component → image) put back."""
+    docs = list(yaml.safe_load_all(config))
+    doc = _v1alpha1(docs)
+    paths = dict((*COMPONENTS, (KUBELET, KUBELET_PATH)))
+    for component, image in keep.items():
+        *parents, leaf = paths[component]
+        parent = doc
+        for key in parents:
+            parent = parent.setdefault(key, {})
+        parent[leaf] = image
+    return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+# --- what the cluster says (the truth each step reads first) ------------------------------------
+
+
+@dataclass(frozen=True)
+class Seen:
+    version: str  # the running image's tag, or the Node's kubelet version ("" when none)
+    image: str
+    ready: bool
+    detail: str  # for messages: what was seen
+
+
+def _ready(obj) -> tuple[bool, str]:
+    cond = next((c for c in ((obj.status.conditions if obj.status else None) or []) if c.type == "Ready"), None)
+    if cond is None:
+        return False, "no Ready condition"
+    return cond.status == "True", f"Ready={cond.status}" + (f" ({cond.reason})" if cond.reason else "")
+
+
+def static_pod(core: client.CoreV1Api, component: str, address: str) -> Seen | None:
+    """The component's static (mirror) pod on the node at `address` (status.hostIP, as talosctl
+    matches it); None when there is none."""
+    pods = core.list_namespaced_pod(NAMESPACE, label_selector=f"k8s-app={component}",
+                                    _request_timeout=REQUEST_TIMEOUT).items
+    mine = [p for p in pods if p.status and p.status.host_ip == address and not p.metadata.deletion_timestamp]
+    if not mine:
+        return None
+    pod = mine[0]
+    container = next((c for c in pod.spec.containers if c.name == component), pod.spec.containers[0])
+    ready, why = _ready(pod)
+    return Seen(tag_of(container.image), container.image, ready, f"pod {pod.metadata.name} runs {container.image}, {why}")
+
+
+def node_kubelet(core: client.CoreV1Api, address: str) -> Seen | None:
+    """The kubelet of the Node whose addresses include `address`; None when there is none."""
+    for node in core.list_node(_request_timeout=REQUEST_TIMEOUT).items:
+        if any(a.address == address for a in (node.status.addresses or [])):
+            version = node.status.node_info.kubelet_version if node.status.node_info else ""
+            ready, why = _ready(node)
+            return Seen(version, "", ready, f"Node {node.metadata.name} reports kubelet {version}, {why}")
+    return None
+
+
+# --- the rollout ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Context:
+    client_for: Callable[[str], TalosClient]
+    core: client.CoreV1Api  # the cluster's API
+    log: Callable[[str], None]
+    timeout: float  # each component of each node
+
+
+def _read(ctx: Context, what: str, read: Callable[[], Seen | None]) -> Seen | None:
+    try:
+        return read()
+    except Exception as e:  # noqa: BLE001 - the API's failure, named
+        raise KubernetesUpgradeError(f"could not read {what} from the cluster API ({describe_error(e)}). Bring the "
+                                     "API back, then run `pulumi up` again: finished nodes are not touched again.")
+
+
+def _done(seen: Seen | None, target: str) -> bool:
+    return seen is not None and seen.ready and seen.version.removeprefix("v") == target.removeprefix("v")
+
+
+def _apply(ctx: Context, node: Node, config: str, what: str) -> None:
+    try:
+        ctx.client_for(node.address).apply_config(config, mode="no-reboot")
+    except TalosError as e:
+        raise KubernetesUpgradeError(
+            f"{node.name} ({node.address}) refused the machine config with {what} ({e}). Nothing after this node "
+            "was touched; fix the cause, then run `pulumi up` again.") from e
+
+
+def _wait(ctx: Context, node: Node, component: str, target: str, read: Callable[[], Seen | None]) -> Seen:
+    def probe(_left: float) -> Seen:
+        try:
+            seen = read()
+        except Exception as e:  # noqa: BLE001 - an API hiccup under load: try again within the bound
+            raise NotYet(f"the cluster API did not answer ({describe_error(e)})") from e
+        if seen is None:
+            raise NotYet(f"no {component} reported on {node.address} yet")
+        if not _done(seen, target):
+            raise NotYet(seen.detail)
+        return seen
+
+    what = "Node" if component == KUBELET else "static pod"
+    return wait_until(f"{component} on {node.name} ({node.address}) to run {target} and be Ready", probe,
+                      timeout=ctx.timeout, bounds=_POLL,
+                      remedy=f"Check that node's {component} ({what} status, its logs); raise timeouts.kubernetesUpgrade "
+                             "if it is only slow, then run `pulumi up` again: finished nodes are not touched again.")
+
+
+def run_step(ctx: Context, step: Step, target: str) -> dict[str, str]:
+    """Bring one node's components of this step to `target`; returns component → version."""
+    node = step.node
+    images = target_images(node.config)
+    reads = {c: (lambda c=c: static_pod(ctx.core, c, node.address)) for c, _ in COMPONENTS}
+    reads[KUBELET] = lambda: node_kubelet(ctx.core, node.address)
+    result: dict[str, str] = {}
+    order = [c for c, _ in COMPONENTS] if node.control_plane else []
+    for component in step.components:
+        seen = _read(ctx, f"{component} of {node.name} ({node.address})", reads[component])
+        if _done(seen, target):
+            ctx.log(f"{node.address}: {component} already runs {seen.version}")
+            result[component] = seen.version
+            continue
+        if component not in images:
+            raise KubernetesUpgradeError(f"the zone's machine config for {node.name} names no {component} image")
+        # Everything after this component keeps what the node runs now: one component moves at a time.
+        later = order[order.index(component) + 1:] + [KUBELET] if component != KUBELET else []
+        keep = {}
+        for c in later:
+            now = _read(ctx, f"{c} of {node.name} ({node.address})", reads[c])
+            if now is not None and now.version and c in images:
+                keep[c] = now.image or with_tag(images[c], now.version)
+        ctx.log(f"{node.address}: {component} {seen.version if seen else '?'} → {target}")
+        _apply(ctx, node, held_back(node.config, keep), f"{component} {images[component]}")
+        result[component] = _wait(ctx, node, component, target, reads[component]).version
+        ctx.log(f"{node.address}: {component} runs {result[component]} and is Ready")
+    return result
+
+
+def rollout(ctx: Context, steps: list[Step], target: str) -> dict[str, dict[str, str]]:
+    """Run the steps in order; returns node name → component → version."""
+    versions: dict[str, dict[str, str]] = {}
+    for i, step in enumerate(steps, 1):
+        ctx.log(f"Kubernetes upgrade step {i}/{len(steps)}: {step.node.name} ({step.node.address}) {step.phase}")
+        versions.setdefault(step.node.name, {}).update(run_step(ctx, step, target))
+    return versions

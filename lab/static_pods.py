@@ -1,0 +1,133 @@
+"""What the kubelet of an emulated Talos node shows of its machine config through the API:
+static-pod mirror Pods on control planes and the kubelet version on every Node.
+
+A Talos control plane runs kube-apiserver, kube-controller-manager and kube-scheduler as static
+pods from the images in its machine config (cluster.apiServer.image, cluster.controllerManager.
+image, cluster.scheduler.image), and its kubelet publishes a mirror Pod for each: kube-system,
+`<component>-<node>`, labels k8s-app=<component> and tier=control-plane, status.hostIP the node's
+address (how talosctl upgrade-k8s finds them). When the config's image changes, the kubelet
+replaces the static pod: the mirror Pod is deleted and created again with the new image, and kwok
+walks it to Running and Ready (lab/kwok/stages.yaml). The Node reports the kubelet version of
+machine.kubelet.image (status.nodeInfo.kubeletVersion) and the Talos version in osImage; a
+changed config restarts the kubelet, which reports them again.
+
+What the lab does NOT do: run another Kubernetes version. Each lab cluster's control plane is the
+one pinned kube-apiserver, kube-controller-manager and kube-scheduler binary
+(tools/versions.env KUBERNETES_VERSION), whatever version the machine config names; the images
+and versions above are what a client sees of the config, `GET /version` is the binary's.
+
+Each change is recorded in the node's event log ("static-pod", "kubelet"), so tests can prove
+the order in which an upgrade reached the nodes.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+from typing import Iterable
+
+import yaml
+from kubernetes import client
+
+from lab.standins.loop import REQUEST_TIMEOUT
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "kube-system"
+SELECTOR = "tier=control-plane"
+MIRROR = "kubernetes.io/config.mirror"
+COMPONENTS = (
+    ("kube-apiserver", ("cluster", "apiServer", "image")),
+    ("kube-controller-manager", ("cluster", "controllerManager", "image")),
+    ("kube-scheduler", ("cluster", "scheduler", "image")),
+)
+DEFAULT_IMAGE = "registry.k8s.io/{component}:v1.35.4"  # Talos's default when the config names none
+
+
+def images(raw: bytes) -> dict[str, str]:
+    """component → image of the static pods a control plane with this config runs."""
+    return dict(_images(raw))
+
+
+@functools.lru_cache(maxsize=128)  # read on every reconcile tick; a config is replaced, never changed
+def _images(raw: bytes) -> dict[str, str]:
+    doc = next((d for d in yaml.safe_load_all(raw)
+                if isinstance(d, dict) and d.get("version") == "v1alpha1" and "kind" not in d), {})
+    out = {}
+    for component, path in COMPONENTS:
+        value: object = doc
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        out[component] = str(value) if value else DEFAULT_IMAGE.format(component=component)
+    return out
+
+
+def mirror_pod(component: str, image: str, *, node: str, node_uid: str, address: str) -> dict:
+    """The mirror Pod the kubelet publishes for one static pod (spec as Talos renders it, cut down)."""
+    digest = hashlib.sha256(f"{node}/{component}/{image}".encode()).hexdigest()[:16]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{component}-{node}",
+            "namespace": NAMESPACE,
+            "labels": {"k8s-app": component, "tier": "control-plane"},
+            "annotations": {MIRROR: digest, "kubernetes.io/config.hash": digest, "kubernetes.io/config.source": "file",
+                            "talos.dev/config-version": digest, "lab.kontinuum.sh/node-address": address},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid, "controller": True}],
+        },
+        "spec": {
+            "nodeName": node,
+            "hostNetwork": True,
+            "priorityClassName": "system-cluster-critical",
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "tolerations": [{"operator": "Exists", "effect": "NoExecute"}],
+            "containers": [{"name": component, "image": image, "command": [f"/usr/local/bin/{component}"]}],
+        },
+    }
+
+
+def reconcile(core: client.CoreV1Api, members: Iterable, nodes: dict) -> None:
+    """Bring the mirror Pods and Node kubelet versions in line with each member's config.
+    members: (EmulatedNode, MemberInfo) pairs of configured nodes; nodes: Node name → V1Node."""
+    members = list(members)
+    pods = {p.metadata.name: p for p in core.list_namespaced_pod(NAMESPACE, label_selector=SELECTOR,
+                                                                 _request_timeout=REQUEST_TIMEOUT).items}
+    for machine, member in members:
+        node = nodes.get(member.hostname)
+        if node is None:
+            continue  # registered on this tick: next time
+        _kubelet(core, machine, member, node)
+        if not member.control_plane:
+            continue
+        for component, image in images(machine.config.raw).items():
+            name = f"{component}-{member.hostname}"
+            pod = pods.get(name)
+            if pod is not None and not pod.metadata.deletion_timestamp and pod.spec.containers[0].image == image:
+                continue
+            if pod is not None:  # the kubelet replaces a changed static pod: mirror goes, comes back
+                core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0, _request_timeout=REQUEST_TIMEOUT)
+            body = mirror_pod(component, image, node=member.hostname, node_uid=node.metadata.uid, address=member.address)
+            try:
+                core.create_namespaced_pod(NAMESPACE, body, _request_timeout=REQUEST_TIMEOUT)
+            except client.ApiException as e:
+                if e.status != 409:  # still going away: the next tick creates it
+                    raise
+                continue
+            machine.record("static-pod", component=component, image=image)
+            log.info("node %s: static pod %s runs %s", member.hostname, component, image)
+
+
+def _kubelet(core: client.CoreV1Api, machine, member, node) -> None:
+    info = node.status.node_info if node.status else None
+    os_image = f"Talos ({member.talos_version})"
+    if info is not None and info.kubelet_version == member.kubelet_version and info.os_image == os_image:
+        return
+    core.patch_node_status(member.hostname, {"status": {"nodeInfo": {"kubeletVersion": member.kubelet_version,
+                                                                     "osImage": os_image}}},
+                           _request_timeout=REQUEST_TIMEOUT)
+    if info is None or info.kubelet_version != member.kubelet_version:
+        machine.record("kubelet", version=member.kubelet_version)
+        log.info("node %s: kubelet %s", member.hostname, member.kubelet_version)

@@ -1,0 +1,180 @@
+"""The Kubernetes upgrade's plan and step logic (kontinuum/lifecycle/kubernetes_upgrade.py):
+the documented order, one component at a time through held-back configs, skipping what already
+runs the target (resume), bounded waits naming node and component; the preview's plan lines."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from kontinuum.lifecycle import kubernetes_upgrade as ku
+from kontinuum.talos.waits import WaitTimeout
+
+OLD, NEW = "v1.35.4", "v1.35.5"
+
+
+def config(version: str, control_plane: bool = True) -> str:
+    doc = {"version": "v1alpha1", "machine": {"type": "controlplane" if control_plane else "worker",
+                                              "kubelet": {"image": f"ghcr.io/siderolabs/kubelet:{version}"}},
+           "cluster": {"clusterName": "z"}}
+    if control_plane:
+        doc["cluster"].update({"apiServer": {"image": f"registry.k8s.io/kube-apiserver:{version}"},
+                               "controllerManager": {"image": f"registry.k8s.io/kube-controller-manager:{version}"},
+                               "scheduler": {"image": f"registry.k8s.io/kube-scheduler:{version}"}})
+    return yaml.safe_dump_all([doc, {"apiVersion": "v1alpha1", "kind": "HostnameConfig", "hostname": "x"}])
+
+
+def nodes() -> list[ku.Node]:
+    return [ku.Node("w1", "127.0.47.14", False, config(NEW, False)),
+            ku.Node("cp1", "127.0.47.11", True, config(NEW)),
+            ku.Node("cp2", "127.0.47.12", True, config(NEW)),
+            ku.Node("w2", "127.0.47.15", False, config(NEW, False))]
+
+
+def test_plan_is_control_planes_one_by_one_then_kubelets_control_planes_first():
+    steps = ku.plan(nodes())
+    assert [(s.node.name, s.phase) for s in steps] == [
+        ("cp1", ku.STATIC_PODS), ("cp2", ku.STATIC_PODS),
+        ("cp1", ku.KUBELETS), ("cp2", ku.KUBELETS), ("w1", ku.KUBELETS), ("w2", ku.KUBELETS)]
+    assert steps[0].components == ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+    assert steps[-1].components == ("kubelet",)
+
+
+def test_plan_lines_name_step_node_components_and_versions():
+    lines = ku.plan_lines(ku.plan(nodes()), OLD, NEW)
+    assert lines[0] == ("Kubernetes upgrade, step 1/6: cp1 (127.0.47.11) kube-apiserver, kube-controller-manager, "
+                        "kube-scheduler v1.35.4 → v1.35.5")
+    assert lines[5] == "Kubernetes upgrade, step 6/6: w2 (127.0.47.15) kubelet v1.35.4 → v1.35.5"
+
+
+@pytest.mark.parametrize("image,version,expect", [
+    ("registry.k8s.io/kube-apiserver:v1.35.4", "1.35.5", "registry.k8s.io/kube-apiserver:v1.35.5"),
+    ("localhost:5000/kube-apiserver", "v1.35.5", "localhost:5000/kube-apiserver:v1.35.5"),
+    ("r.io/k@sha256:" + "0" * 64, "v1.36.0", "r.io/k:v1.36.0"),
+])
+def test_with_tag(image, version, expect):
+    assert ku.with_tag(image, version) == expect
+    assert ku.tag_of(expect) == "v" + version.removeprefix("v")
+
+
+def test_held_back_keeps_only_the_named_images_and_every_other_document():
+    held = ku.held_back(config(NEW), {"kube-scheduler": "registry.k8s.io/kube-scheduler:v1.35.4",
+                                      "kubelet": "ghcr.io/siderolabs/kubelet:v1.35.4"})
+    images = ku.target_images(held)
+    assert images == {"kube-apiserver": "registry.k8s.io/kube-apiserver:v1.35.5",
+                      "kube-controller-manager": "registry.k8s.io/kube-controller-manager:v1.35.5",
+                      "kube-scheduler": "registry.k8s.io/kube-scheduler:v1.35.4",
+                      "kubelet": "ghcr.io/siderolabs/kubelet:v1.35.4"}
+    assert [d.get("kind") for d in yaml.safe_load_all(held)] == [None, "HostnameConfig"]
+
+
+# --- run_step against a fake cluster: a node's pods follow the config it was last sent ------------
+
+
+class FakeCluster:
+    """Talos nodes (ApplyConfiguration recorded) whose kubelet shows the last applied config at
+    once (or never, for `stuck` components), read through a CoreV1Api-shaped object."""
+
+    def __init__(self, running: dict[str, str], stuck: set[str] = frozenset()):
+        self.configs = {n.address: config(running.get(n.name, OLD), n.control_plane) for n in nodes()}
+        self.applied: list[tuple[str, dict[str, str]]] = []
+        self.stuck = stuck
+
+    def client_for(self, address):
+        def apply_config(data, mode):
+            assert mode == "no-reboot"
+            before = ku.target_images(self.configs[address])
+            after = ku.target_images(data)
+            self.applied.append((address, {c: ku.tag_of(i) for c, i in after.items() if before.get(c) != i}))
+            for c in list(after):
+                if c in self.stuck:
+                    after[c] = before[c]
+            self.configs[address] = ku.held_back(data, after)
+        return SimpleNamespace(apply_config=apply_config)
+
+    @staticmethod
+    def _ready():
+        return [SimpleNamespace(type="Ready", status="True", reason=None)]
+
+    def list_namespaced_pod(self, namespace, label_selector, _request_timeout):
+        component = label_selector.split("=", 1)[1]
+        pods = []
+        for address, text in self.configs.items():
+            image = ku.target_images(text).get(component)
+            if image and "controlplane" in text:
+                pods.append(SimpleNamespace(
+                    metadata=SimpleNamespace(name=f"{component}-{address}", deletion_timestamp=None),
+                    spec=SimpleNamespace(containers=[SimpleNamespace(name=component, image=image)]),
+                    status=SimpleNamespace(host_ip=address, conditions=self._ready())))
+        return SimpleNamespace(items=pods)
+
+    def list_node(self, _request_timeout):
+        return SimpleNamespace(items=[SimpleNamespace(
+            metadata=SimpleNamespace(name=address),
+            status=SimpleNamespace(addresses=[SimpleNamespace(address=address, type="InternalIP")],
+                                   node_info=SimpleNamespace(kubelet_version=ku.tag_of(ku.target_images(t)["kubelet"])),
+                                   conditions=self._ready())) for address, t in self.configs.items()])
+
+
+def ctx(fake: FakeCluster, timeout: float = 2.0) -> ku.Context:
+    return ku.Context(client_for=fake.client_for, core=fake, log=lambda m: None, timeout=timeout)
+
+
+def test_rollout_moves_one_component_of_one_node_at_a_time_in_order():
+    fake = FakeCluster({})
+    result = ku.rollout(ctx(fake), ku.plan(nodes()), NEW)
+    assert fake.applied == [
+        ("127.0.47.11", {"kube-apiserver": NEW}), ("127.0.47.11", {"kube-controller-manager": NEW}),
+        ("127.0.47.11", {"kube-scheduler": NEW}),
+        ("127.0.47.12", {"kube-apiserver": NEW}), ("127.0.47.12", {"kube-controller-manager": NEW}),
+        ("127.0.47.12", {"kube-scheduler": NEW}),
+        ("127.0.47.11", {"kubelet": NEW}), ("127.0.47.12", {"kubelet": NEW}),
+        ("127.0.47.14", {"kubelet": NEW}), ("127.0.47.15", {"kubelet": NEW})]
+    assert result["cp1"] == {"kube-apiserver": NEW, "kube-controller-manager": NEW, "kube-scheduler": NEW, "kubelet": NEW}
+    assert result["w2"] == {"kubelet": NEW}
+
+
+def test_a_resumed_rollout_skips_what_already_runs_the_target():
+    fake = FakeCluster({"cp1": NEW})  # a killed run had finished cp1 entirely
+    ku.rollout(ctx(fake), ku.plan(nodes()), NEW)
+    assert [a for a, _ in fake.applied] == ["127.0.47.12"] * 3 + ["127.0.47.12", "127.0.47.14", "127.0.47.15"]
+    fake.applied.clear()
+    ku.rollout(ctx(fake), ku.plan(nodes()), NEW)
+    assert fake.applied == []  # a second run is a no-op
+
+
+def test_a_component_that_does_not_converge_stops_the_rollout_naming_node_and_component():
+    fake = FakeCluster({}, stuck={"kube-controller-manager"})
+    with pytest.raises(WaitTimeout) as err:
+        ku.rollout(ctx(fake, timeout=0.5), ku.plan(nodes()), NEW)
+    assert "kube-controller-manager on cp1 (127.0.47.11) to run v1.35.5 and be Ready" in str(err.value)
+    assert "runs registry.k8s.io/kube-controller-manager:v1.35.4" in str(err.value)
+    assert [a for a, _ in fake.applied] == ["127.0.47.11", "127.0.47.11"]  # nothing after it
+
+
+# --- the provider's diff: the plan at preview, the skew refused -------------------------------------
+
+
+def test_preview_logs_the_plan_and_refuses_a_skipped_minor(monkeypatch):
+    from kontinuum.errors import ConfigError
+    from providers import kubernetes_version as kv
+
+    lines: list[str] = []
+    monkeypatch.setattr(kv, "info", lines.append)
+    news = {"zone": "z", "version": NEW, "configPath": "zones[0]",
+            "nodes": [{"name": "cp1", "address": "127.0.47.11", "role": "controlplane", "pool": "cp"},
+                      {"name": "w1", "address": "127.0.47.14", "role": "worker", "pool": "web"}],
+            "configs": {"cp": config(NEW), "web": config(NEW, False)}}
+    assert kv.diff_kubernetes_version({"version": OLD, "zone": "z", "configPath": "zones[0]"}, news).changes
+    assert lines == ["Kubernetes upgrade, step 1/3: cp1 (127.0.47.11) kube-apiserver, kube-controller-manager, "
+                     "kube-scheduler v1.35.4 → v1.35.5",
+                     "Kubernetes upgrade, step 2/3: cp1 (127.0.47.11) kubelet v1.35.4 → v1.35.5",
+                     "Kubernetes upgrade, step 3/3: w1 (127.0.47.14) kubelet v1.35.4 → v1.35.5"]
+    same = kv.diff_kubernetes_version({"version": NEW, "zone": "z", "configPath": "zones[0]"},
+                                      {**news, "configs": {"cp": "changed"}})
+    assert not same.changes  # another config change is ConfigApply's, not a rollout
+    with pytest.raises(ConfigError) as err:
+        kv.diff_kubernetes_version({"version": "v1.34.2"}, {**news, "version": "v1.36.0"})
+    assert "zones[0].kubernetesVersion" in str(err.value) and "one minor at a time" in str(err.value)
