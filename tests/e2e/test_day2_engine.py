@@ -6,8 +6,11 @@ the whole module, in order: 1 control plane + 2 workers → 3 control planes (AP
 throughout) → Talos v1.13.1 (strict one-at-a-time order, control planes first, second up a
 no-op) → preview shows the plan and refuses a downgrade → v1.13.2 with an A/B rollback on the
 second node (stops there, the next up finishes) → v1.13.3 killed mid-rollout (the re-run
-upgrades no node twice) → back to 1 control plane (API polled throughout). The emulator's
-event log (every node's upgrade call, reboot and boot, globally ordered) is the proof.
+upgrades no node twice) → Kubernetes v1.35.4 → v1.35.5 (upgrade-k8s's order: each control
+plane's apiserver, controller-manager, scheduler, one node at a time, then every kubelet; the
+second up a no-op) → back to 1 control plane (API polled throughout). The emulator's event log
+(every node's upgrade call, reboot and boot, and the lab kubelets' static-pod and kubelet
+changes, globally ordered) is the proof.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ CPS = ["127.0.41.11", "127.0.41.12", "127.0.41.13"]
 WORKERS = ["127.0.41.14", "127.0.41.15"]
 ORDER = CPS + WORKERS
 ENDPOINT = f"https://{CPS[0]}:6443"
+K8S_OLD, K8S_NEW = "v1.35.4", "v1.35.5"
+COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 
 @pytest.fixture(scope="module")
@@ -244,6 +249,50 @@ def test_killed_mid_rollout_converges_without_upgrading_a_node_twice(d2):
     stack.preview("--expect-no-changes")
 
 
+# --- the Kubernetes upgrade -------------------------------------------------------------------------
+
+
+def k8s_changes(events: list[dict]) -> list[tuple[str, str, str]]:
+    """(node, component, version) of every static pod and kubelet the lab kubelets changed."""
+    return [(e["node"], e.get("component", "kubelet"), (e.get("image") or e.get("version", "")).rsplit(":", 1)[-1])
+            for e in events if e["event"] in ("static-pod", "kubelet")]
+
+
+def test_kubernetes_upgrade_goes_component_by_component_node_by_node(d2):
+    stack, _ = d2
+    if versions() != {a: "v1.13.3" for a in ORDER}:
+        pytest.skip("the Talos rollouts did not finish")
+    configure(d2, zone(3, "v1.13.3", kubernetesVersion=K8S_NEW))
+    shown = output(stack.preview("--diff"))
+    assert (f"step 1/8: d2-" in shown and f"({CPS[0]}) kube-apiserver, kube-controller-manager, kube-scheduler "
+            f"{K8S_OLD} → {K8S_NEW}" in shown and f"step 8/8: " in shown and f"({WORKERS[1]}) kubelet" in shown), shown[-3000:]
+    start = log_of()[-1]["seq"]
+    before = calls()
+    t0 = time.monotonic()
+    stack.up()
+    elapsed = time.monotonic() - t0
+    events = [e for e in log_of() if e["seq"] > start]
+    assert k8s_changes(events) == ([(cp, c, K8S_NEW) for cp in CPS for c in COMPONENTS]
+                                   + [(n, "kubelet", K8S_NEW) for n in ORDER])
+    assert not [e for e in events if e["event"] == "reboot"]
+    applied = since(before, calls(), "ApplyConfiguration")
+    # the rollout's one config per component, then the ConfigApply of the full config
+    assert applied == {**{cp: 4 + 1 for cp in CPS}, **{w: 1 + 1 for w in WORKERS}}, applied
+    api = api_client(kubeconfig(stack))
+    try:
+        core = client.CoreV1Api(api)
+        pods = core.list_namespaced_pod("kube-system", label_selector="tier=control-plane", _request_timeout=10).items
+        assert sorted((p.status.host_ip, p.metadata.labels["k8s-app"], p.spec.containers[0].image) for p in pods) == \
+            sorted((cp, c, f"registry.k8s.io/{c}:{K8S_NEW}") for cp in CPS for c in COMPONENTS)
+        assert {n.status.node_info.kubelet_version for n in core.list_node(_request_timeout=10).items} == {K8S_NEW}
+    finally:
+        api.close()
+    print(f"Kubernetes upgrade of {len(ORDER)} nodes: {elapsed:.1f} s")
+    before = calls()
+    stack.up("--expect-no-changes")
+    assert all(v == 0 for v in since(before, calls(), "ApplyConfiguration").values())
+
+
 # --- scaling down ----------------------------------------------------------------------------------
 
 
@@ -251,7 +300,7 @@ def test_scale_down_to_one_leaves_etcd_one_at_a_time_api_answering(d2):
     stack, _ = d2
     if not ready(stack, "d2") or etcd_members(stack) != sorted(CPS):
         pytest.skip("the zone is not at three control planes")
-    configure(d2, zone(1, "v1.13.3"))
+    configure(d2, zone(1, "v1.13.3", kubernetesVersion=K8S_NEW))
     start = log_of()[-1]["seq"]
     before = calls()
     with ApiPoller(kubeconfig(stack)) as poll:
