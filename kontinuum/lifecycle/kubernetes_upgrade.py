@@ -121,7 +121,21 @@ def target_images(config: str) -> dict[str, str]:
 
 
 def held_back(config: str, keep: dict[str, str]) -> str:
-    """The target config with the images of `keep` (component → image) put back."""
+    """The target config with the images of `keep` (component → image) put back. Each image is
+    replaced in the text where it occurs exactly once, so every other byte stays as rendered;
+    otherwise the document is re-written."""
+    images = target_images(config)
+    text = config
+    for component, image in keep.items():
+        current = images.get(component)
+        if current and text.count(current) == 1:
+            text = text.replace(current, image)
+        else:
+            return _rewritten(config, keep)
+    return text
+
+
+def _rewritten(config: str, keep: dict[str, str]) -> str:
     docs = list(yaml.safe_load_all(config))
     doc = _v1alpha1(docs)
     paths = dict((*COMPONENTS, (KUBELET, KUBELET_PATH)))
