@@ -270,7 +270,7 @@ def test_kubernetes_upgrade_goes_component_by_component_node_by_node(d2):
         pytest.skip("the Talos rollouts did not finish")
     configure(d2, zone(3, "v1.13.3", kubernetesVersion=K8S_NEW))
     shown = output(stack.preview("--diff"))
-    assert (f"step 1/8: d2-" in shown and f"({CPS[0]}) kube-apiserver, kube-controller-manager, kube-scheduler "
+    assert ("step 1/8: " in shown and f"({CPS[0]}) kube-apiserver, kube-controller-manager, kube-scheduler "
             f"{K8S_OLD} → {K8S_NEW}" in shown and f"step 8/8: " in shown and f"({WORKERS[1]}) kubelet" in shown), shown[-3000:]
     start = log_of()[-1]["seq"]
     before = calls()
