@@ -40,10 +40,7 @@ COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 @pytest.fixture(scope="module")
 def lab(tools_bin, tmp_path_factory):
-    # The module runs 20+ minutes on a loaded machine (longer with other modules in parallel): a
-    # lab that stops itself at the default time-to-live (30 min) would fail the last tests.
-    with running_lab(tmp_path_factory.mktemp("lab"), nodes=len(ORDER), first_address=FIRST, hub_address=HUB,
-                     ttl=3600) as state:
+    with running_lab(tmp_path_factory.mktemp("lab"), nodes=len(ORDER), first_address=FIRST, hub_address=HUB) as state:
         yield state
 
 
