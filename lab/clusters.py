@@ -121,6 +121,8 @@ def read_cluster_config(raw: bytes) -> ClusterConfig:
         aggregator_ca=CertKey(_b64(cluster, "aggregatorCA", "crt"), _b64(cluster, "aggregatorCA", "key")),
         etcd_ca=CertKey(_b64(cluster, "etcd", "ca", "crt"), _b64(cluster, "etcd", "ca", "key")),
         service_account_key=_b64(cluster, "serviceAccount", "key"),
+        accepted_cas=b"".join(base64.b64decode(str(c["crt"])) for c in cluster.get("acceptedCAs") or []
+                              if isinstance(c, dict) and c.get("crt")),
     )
     return ClusterConfig(
         name=str(cluster.get("clusterName") or "talos-default"),
@@ -494,7 +496,25 @@ class ClusterRunner:
 
     # -- reconciliation ----------------------------------------------------------------------------
 
+    def _follow_cluster_ca(self) -> None:
+        """cluster.ca or cluster.acceptedCAs changed on the hosting control plane (a CA rotation's
+        phase, applied without a reboot): restart the control plane on the new chain, as Talos does."""
+        if self.control_plane is None or self.host.config is None:
+            return
+        now = read_cluster_config(self.host.config.raw).pki
+        held = self.control_plane.pki
+        if (now.ca, now.accepted_cas) == (held.ca, held.accepted_cas):
+            return
+        log.info("cluster %s: the cluster CA chain changed; restarting the apiserver with it", self.name)
+        self.control_plane.restart_with(now)
+        self.config = read_cluster_config(self.host.config.raw)
+
     def _tick(self) -> None:
+        try:
+            self._follow_cluster_ca()
+        except Exception as e:  # noqa: BLE001 - retried on the next tick
+            log.warning("cluster %s: restarting the control plane on the new CA failed, retrying: %s", self.name,
+                        describe(e))
         try:
             if self.kwok is not None and not self.kwok.running():
                 log.warning("cluster %s: kwok exited; restarting it. Last lines:\n%s", self.name, self.kwok.tail())

@@ -90,14 +90,10 @@ class NodeApi:
             return self._apply_in_maintenance(call, request)
         new = self._parse(request.data)
         old = self._config()
-        # machine.ca and machine.acceptedCAs change without a reboot (talosctl rotate-ca's phases:
-        # apid picks up the new certificates live). The Kubernetes CA still counts as identity
-        # here: the lab's control plane does not follow a cluster.ca change yet.
-        same_identity = (new.cluster_key, new.machine_type, new.k8s_ca) == (
-            old.cluster_key,
-            old.machine_type,
-            old.k8s_ca,
-        )
+        # machine.ca / machine.acceptedCAs and cluster.ca / cluster.acceptedCAs change without a
+        # reboot (talosctl rotate-ca's phases): apid picks up the new certificates live, the lab's
+        # control plane restarts its apiserver with the new chain (lab/clusters.py).
+        same_identity = (new.cluster_key, new.machine_type) == (old.cluster_key, old.machine_type)
         new_pki = (new.os_ca, new.trusted_cas) != (old.os_ca, old.trusted_cas)
         mode = request.mode
         if mode == Mode.AUTO:
@@ -366,6 +362,7 @@ class NodeApi:
             talos_version=node.talos_version,
             stage="maintenance" if node.mode == "maintenance" else "running",
             ready=True,
+            config=node.config.raw if node.mode != "maintenance" and node.config is not None else b"",
         )
         return resources.specs(facts).get((namespace, rtype), {})
 
