@@ -422,6 +422,7 @@ class ClusterRunner:
         self.control_plane = cp
         cp.start()
         self.registry.set_etcd(self.key, cp.etcd_snapshot)
+        self.registry.set_k8s_chain(self.key, cp.pki.ca.crt + cp.pki.accepted_cas)
         fd = os.open(self.kubeconfig_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(cp.admin_kubeconfig())
@@ -508,6 +509,7 @@ class ClusterRunner:
         log.info("cluster %s: the cluster CA chain changed; restarting the apiserver with it", self.name)
         self.control_plane.restart_with(now)
         self.config = read_cluster_config(self.host.config.raw)
+        self.registry.set_k8s_chain(self.key, now.ca.crt + now.accepted_cas)
 
     def _tick(self) -> None:
         try:

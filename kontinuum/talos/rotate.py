@@ -99,30 +99,56 @@ def run(zone: Zone, rotation: Rotation) -> list[str]:
         target = cr.STATES[cr.PHASES.index(phase) + 1]
         for node in zone.nodes:  # control planes first, one node at a time
             read = _read(zone, node)
-            if read is None or cr.STATES.index(cr.state_of(cr.node_cas(read[1], k), rotation.old.crt,
-                                                            rotation.new.crt)) >= cr.STATES.index(target):
+            if read is None:
                 continue
             c, config = read
+            if k == "kubernetes":  # talosctl: PatchNodeConfigWithKubeletRestart, healthy before and after
+                _wait_kubelet(zone, c, node)
+            if cr.STATES.index(cr.state_of(cr.node_cas(config, k), rotation.old.crt,
+                                           rotation.new.crt)) >= cr.STATES.index(target):
+                continue  # done before a kill: the truth says so, nothing is repeated
             patched = cr.patch(config, k, phase, old=rotation.old.crt, new=rotation.new,
                                control_plane=node.control_plane)
             c.apply_config(patched, mode="no-reboot", timeout=min(60.0, zone.timeout))
             zone.log(f"{title} rotation, {phase}: {node.address} patched (NO_REBOOT)")
+            if k == "kubernetes":
+                _wait_kubelet(zone, c, node)
         _verify(zone, rotation, phase)
         done.append(f"{title}: {phase} done on {len(states)} node(s)")
         zone.log(done[-1])
 
 
 def _verify(zone: Zone, rotation: Rotation, phase: str) -> None:
+    """Wait (bounded) until the zone shows the phase: after accept the old CA still serves and a
+    client of the new one works (the "intermediate" client); after swap the new CA serves; after
+    drop a client of the old CA is refused too."""
+    server = rotation.old.crt if phase == "accept" else rotation.new.crt
+    refused = rotation.old if phase == "drop" else None
     if rotation.kind == "talos":
-        # The "intermediate" client (old server CA, new client certificate) after accept, the new PKI after.
-        server = rotation.old.crt if phase == "accept" else rotation.new.crt
-        _wait(zone, f"the Talos API of every node to answer with {'the intermediate' if phase == 'accept' else 'the new'} "
-              "talosconfig", lambda left: _talos_answers(zone, server, rotation.new, left))
+        what = "the Talos API of every node to answer a client of the new CA" + (
+            ", to serve with the new CA" if phase != "accept" else "") + (
+            " and to refuse one of the old CA" if refused else "")
+        _wait(zone, what, lambda left: _talos_answers(zone, server, rotation.new, refused, left))
     else:
-        server = rotation.old.crt if phase == "accept" else rotation.new.crt
-        _wait(zone, f"the Kubernetes API at {zone.k8s_endpoint} to serve with the {'old' if phase == 'accept' else 'new'} "
-              "CA and accept a client certificate of the new one",
-              lambda left: _k8s_answers(zone.k8s_endpoint, server, rotation.new, left))
+        what = (f"the Kubernetes API at {zone.k8s_endpoint} to serve with the {'old' if phase == 'accept' else 'new'} "
+                "CA and accept a client certificate of the new one" + (" and refuse one of the old" if refused else ""))
+        _wait(zone, what, lambda left: _k8s_answers(zone.k8s_endpoint, server, rotation.new, refused, left))
+
+
+def _wait_kubelet(zone: Zone, c: TalosClient, node: Node) -> None:
+    _wait(zone, f"the kubelet on {node.address} to run healthy on the node's cluster CA chain",
+          lambda left: _kubelet_healthy(c, left))
+
+
+def _kubelet_healthy(c: TalosClient, left: float) -> None:
+    try:
+        services = {s.id: s for s in c.service_list(timeout=max(1.0, min(left, 10.0)))}
+    except TalosError as exc:
+        raise NotYet(exc.problem) from None
+    kubelet = services.get("kubelet")
+    if kubelet is None or kubelet.state != "Running" or not kubelet.healthy:
+        raise NotYet(f"kubelet is {kubelet.state if kubelet else 'missing'}"
+                     + (" and not healthy" if kubelet and not kubelet.healthy else ""))
 
 
 def _wait(zone: Zone, what: str, probe: Callable[[float], None]) -> None:
@@ -134,18 +160,25 @@ def _wait(zone: Zone, what: str, probe: Callable[[float], None]) -> None:
                              "nodes are") from None
 
 
-def _talos_answers(zone: Zone, server_ca: bytes, client_ca: CertKey, left: float) -> None:
+def _talos_answers(zone: Zone, server_ca: bytes, client_ca: CertKey, refused: CertKey | None, left: float) -> None:
+    def client(address: str, ca: CertKey) -> TalosClient:
+        text = talosconfig.render(zone.name, [address], [address], server_ca, talosconfig.issue_client_cert(ca))
+        return TalosClient.from_talosconfig(talosconfig.parse(text), node=address, endpoint=address, port=zone.port)
+
+    t = max(1.0, min(left, 10.0))
     for node in zone.nodes:
-        text = talosconfig.render(zone.name, [node.address], [node.address], server_ca,
-                                  talosconfig.issue_client_cert(client_ca))
-        c = TalosClient.from_talosconfig(talosconfig.parse(text), node=node.address, endpoint=node.address,
-                                         port=zone.port)
         try:
-            c.version(timeout=max(1.0, min(left, 10.0)))
+            client(node.address, client_ca).version(timeout=t)
         except WrongModeError:
             continue
         except TalosError as exc:
             raise NotYet(f"{node.address}: {exc.problem}") from None
+        if refused is not None:
+            try:
+                client(node.address, refused).version(timeout=t)
+            except TalosError:
+                continue
+            raise NotYet(f"{node.address} still accepts a client certificate of the old CA")
 
 
 def k8s_client_cert(ca: CertKey, common_name: str = "kontinuum-ca-rotation") -> CertKey:
@@ -154,15 +187,29 @@ def k8s_client_cert(ca: CertKey, common_name: str = "kontinuum-ca-rotation") -> 
 
 
 def k8s_version(endpoint: str, server_ca: bytes, client: CertKey, timeout: float) -> str:
-    """GET /version over mTLS: the serving certificate must chain to `server_ca`."""
+    """GET an object only an authenticated admin may read (GET /version answers anyone), over TLS
+    whose serving certificate must chain to `server_ca`; raises OSError when refused."""
     ctx = ssl.create_default_context(cadata=server_ca.decode())
     load_cert_chain(ctx, client.crt, client.key)
-    with urllib.request.urlopen(f"{endpoint.rstrip('/')}/version", context=ctx, timeout=timeout) as r:
+    with urllib.request.urlopen(f"{endpoint.rstrip('/')}/api/v1/namespaces/kube-system", context=ctx,
+                                timeout=timeout) as r:
         return r.read().decode()
 
 
-def _k8s_answers(endpoint: str, server_ca: bytes, client_ca: CertKey, left: float) -> None:
+def _k8s_answers(endpoint: str, server_ca: bytes, client_ca: CertKey, refused: CertKey | None, left: float) -> None:
+    t = max(1.0, min(left, 5.0))
     try:
-        k8s_version(endpoint, server_ca, k8s_client_cert(client_ca), max(1.0, min(left, 5.0)))
+        k8s_version(endpoint, server_ca, k8s_client_cert(client_ca), t)
     except (OSError, ValueError) as exc:
-        raise NotYet(str(getattr(exc, "reason", None) or exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+        raise NotYet(_why(exc)) from None
+    if refused is not None:
+        try:
+            k8s_version(endpoint, server_ca, k8s_client_cert(refused), t)
+        except (OSError, ValueError):
+            return
+        raise NotYet("it still accepts a client certificate of the old CA")
+
+
+def _why(exc: Exception) -> str:
+    text = str(getattr(exc, "reason", None) or exc)
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -249,10 +249,14 @@ class NodeApi:
 
     async def service_list(self, call: Call, request) -> machine_pb2.ServiceListResponse:
         config = self._config()
-        running = ["apid", "containerd", "cri", "kubelet", "machined", "udevd"]
+        running = ["apid", "containerd", "cri", "machined", "udevd"]
         if config.is_control_plane:
             running.append("trustd")
         services = [self._service(s, "Running", True) for s in running]
+        # A control plane's kubelet restarts its static pods on a new cluster CA chain: healthy
+        # again once the lab's apiserver runs on the chain this node's config names.
+        chain = self.node.registry.k8s_chain(config.cluster_key) if config.is_control_plane else None
+        services.append(self._service("kubelet", "Running", chain is None or chain == config.k8s_trusted))
         if config.is_control_plane:
             # Preparing: no etcd data, waiting for a bootstrap or for a cluster to join. Running but
             # unhealthy: data of an etcd that lost its quorum.
