@@ -69,3 +69,32 @@ def test_the_plan_names_every_phase_in_talosctl_order():
     assert [line.split(": ", 1)[1][:2] for line in lines] == ["1.", "2.", "3.", "4."] * 2
     assert lines[4].startswith("Kubernetes CA: 1. accept") and "drop the old CA" in lines[7]
     assert not any("BEGIN" in line for line in lines)
+
+
+# --- the stack side: TalosSecrets starts a rotation, CaRotation knows when one is due -------------
+
+
+def test_a_changed_token_retires_the_ca_and_makes_a_new_one_the_bundles():
+    import yaml
+
+    from providers.ca_rotation import due
+    from providers.talos_secrets import TalosSecretsProvider
+
+    p = TalosSecretsProvider()
+    props = {"clusterName": "rot", "endpoints": ["127.0.48.11"], "rotate": {"talos": "a"}, "renewBeforeDays": 30}
+    created = p.create(props).outs  # a token present at creation rotates nothing
+    assert created["retiringYaml"] == "" and due({**props, **created}, {"talos": "a"}) == []
+    assert not p.diff("rot", created, props).changes
+    news = {**props, "rotate": {"talos": "a", "kubernetes": "b"}}
+    assert p.diff("rot", created, news).changes
+    updated = p.update("rot", created, news).outs
+    before, after = secrets.load(created["secretsYaml"]), secrets.load(updated["secretsYaml"])
+    assert after.os == before.os and after.k8s != before.k8s and after.cluster_id == before.cluster_id
+    retiring = yaml.safe_load(updated["retiringYaml"])
+    assert set(retiring) == {"kubernetes"} and retiring["kubernetes"]["crt"].encode() == before.k8s.crt
+    assert due({**news, "retiringYaml": updated["retiringYaml"]}, {"talos": "a"}) == ["kubernetes"]
+    assert due({**news, "retiringYaml": updated["retiringYaml"]}, {"talos": "a", "kubernetes": "b"}) == []
+    assert updated["talosconfig"] == created["talosconfig"]  # the Talos CA did not change
+    talos = p.update("rot", updated, {**news, "rotate": {"talos": "c", "kubernetes": "b"}}).outs
+    assert secrets.load(talos["secretsYaml"]).os != after.os and talos["talosconfig"] != updated["talosconfig"]
+    assert set(yaml.safe_load(talos["retiringYaml"])) == {"talos", "kubernetes"}
