@@ -106,7 +106,7 @@ def changes(log) -> dict:
 
 
 def held_talosconfig(stack) -> str:
-    state = json.loads(stack.run("stack", "export", "--show-secrets").stdout)
+    state = json.loads(stack.run("stack", "export", "--stack", stack.name, "--show-secrets").stdout)
     rotation = next(r for r in state["deployment"]["resources"] if r["urn"].endswith("::e2e-dr-ca-rotation"))
     value = rotation["outputs"]["talosconfig"]
     return value.get("plaintext", value) if isinstance(value, dict) else value
