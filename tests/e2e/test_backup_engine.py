@@ -22,7 +22,9 @@ import yaml
 from kubernetes import client, config as kconfig
 
 from kontinuum.backup import files
+from kontinuum.talos import secrets
 from kontinuum.talos import talosconfig as tc
+from kontinuum.talos.pki import CertKey
 from kontinuum.talos.client import TalosClient
 from kontinuum.talos.errors import TalosError
 from lab.pulumi_cli import ROOT
@@ -105,17 +107,20 @@ def changes(log) -> dict:
             and "::pulumi:providers:" not in meta["urn"]}
 
 
-def held_talosconfig(stack) -> str:
+def held(stack, resource: str, key: str) -> str:
     state = json.loads(stack.run("stack", "export", "--stack", stack.name, "--show-secrets").stdout)
-    rotation = next(r for r in state["deployment"]["resources"] if r["urn"].endswith("::e2e-dr-ca-rotation"))
-    value = rotation["outputs"]["talosconfig"]
-    return value.get("plaintext", value) if isinstance(value, dict) else value
+    res = next(r for r in state["deployment"]["resources"] if r["urn"].endswith(f"::{resource}"))
+    value = res["outputs"][key]
+    value = value.get("plaintext", value) if isinstance(value, dict) else value
+    return json.loads(value) if value.startswith('"') else value
 
 
-def talos_works(text: str) -> bool:
+def talos_works(client_of: str, server_cas: bytes) -> bool:
+    """Whether the node takes the client certificate of talosconfig `client_of` (trusting `server_cas`)."""
+    cert = tc.parse(client_of)
+    text = tc.render("e2e-dr", [NODE], [NODE], server_cas, CertKey(cert.crt, cert.key))
     try:
-        return bool(TalosClient.from_talosconfig(tc.parse(json.loads(text) if text.startswith('"') else text),
-                                                 node=NODE, endpoint=NODE).version(timeout=T).tag)
+        return bool(TalosClient.from_talosconfig(tc.parse(text), node=NODE, endpoint=NODE).version(timeout=T).tag)
     except TalosError:
         return False
 
@@ -154,7 +159,8 @@ class ApiPoller(threading.Thread):
 
 
 def rotate_both_cas(stack, lab, z: dict, tmp_path) -> None:
-    old_kubeconfig, old_talosconfig = stack.outputs(show_secrets=True)["kubeconfigs"]["dr"], held_talosconfig(stack)
+    old_kubeconfig = stack.outputs(show_secrets=True)["kubeconfigs"]["dr"]
+    old_talosconfig = held(stack, "e2e-dr-ca-rotation", "talosconfig")
     rotating = {**z, "certificates": {"rotate": {"talos": "2026-12", "kubernetes": "2026-12"}}}
     write_config(stack, lab, rotating)  # (backup.onUp off again: the backup resource updates once more)
     preview = stack.preview()
@@ -175,7 +181,8 @@ def rotate_both_cas(stack, lab, z: dict, tmp_path) -> None:
         assert time.monotonic() < deadline, "the Talos CA swap never finished"
         time.sleep(0.2)
     kills.kill(proc, stack)  # mid-rotation: the Talos CA swapped, nothing dropped yet
-    assert talos_works(old_talosconfig) and k8s_works(old_kubeconfig)  # the old CAs are still accepted
+    both = tc.parse(old_talosconfig).ca + secrets.load(held(stack, "e2e-dr-secrets", "secretsYaml")).os.crt
+    assert talos_works(old_talosconfig, both) and k8s_works(old_kubeconfig)  # old client certificates still work
 
     resumed = tmp_path / "rotate-resumed.jsonl"
     stack.up(f"--event-log={resumed}")
@@ -186,9 +193,10 @@ def rotate_both_cas(stack, lab, z: dict, tmp_path) -> None:
     poller.join(10)
     assert poller.answered > 10 and max(poller.outages, default=0) < 10, poller.outages
 
-    new_kubeconfig, new_talosconfig = stack.outputs(show_secrets=True)["kubeconfigs"]["dr"], held_talosconfig(stack)
+    new_kubeconfig = stack.outputs(show_secrets=True)["kubeconfigs"]["dr"]
+    new_talosconfig = held(stack, "e2e-dr-ca-rotation", "talosconfig")
     assert k8s_works(new_kubeconfig) and not k8s_works(old_kubeconfig)
-    assert talos_works(new_talosconfig) and not talos_works(old_talosconfig)
+    assert talos_works(new_talosconfig, tc.parse(new_talosconfig).ca) and not talos_works(old_talosconfig, both)
     assert ready(stack, "dr")
     again = tmp_path / "rotate-again.jsonl"
     stack.up(f"--event-log={again}")
