@@ -81,8 +81,9 @@ class CaRotationProvider(ResourceProvider):
             order = [n["address"] for n in (news.get("nodes") or []) if isinstance(n, dict) and known(n.get("address"))]
             for line in ca_rotation.plan(kinds, order or ["every node"]):
                 info(f"CA rotation of {news.get('clusterName')}: {line}")
-        changed = any(olds.get(k) != news.get(k) for k in (*PASS_THROUGH, "rotate", "nodes", "k8sEndpoint",
-                                                              "talosPort", "timeout", "retiringYaml"))
+        # Only what it hands on, or a due rotation, is a change: membership or timeouts alone are
+        # read from the inputs when a rotation runs, no reason for an update.
+        changed = any(olds.get(k) != news.get(k) for k in (*PASS_THROUGH, "rotate", "retiringYaml"))
         return DiffResult(changes=bool(kinds) or changed)
 
     def create(self, props):

@@ -98,3 +98,21 @@ def test_a_changed_token_retires_the_ca_and_makes_a_new_one_the_bundles():
     talos = p.update("rot", updated, {**news, "rotate": {"talos": "c", "kubernetes": "b"}}).outs
     assert secrets.load(talos["secretsYaml"]).os != after.os and talos["talosconfig"] != updated["talosconfig"]
     assert set(yaml.safe_load(talos["retiringYaml"])) == {"talos", "kubernetes"}
+
+
+def test_the_rotation_diff_prints_the_plan_and_ignores_membership(caplog):
+    import logging
+
+    from providers.ca_rotation import CaRotationProvider
+
+    p = CaRotationProvider()
+    olds = {"clusterName": "rot", "rotate": {"talos": "a"}, "done": {"talos": "a"}, "secretsYaml": "s",
+            "talosconfig": "t", "retiringYaml": "", "nodes": [{"address": "127.0.48.11", "controlPlane": True}]}
+    more = {**olds, "nodes": [*olds["nodes"], {"address": "127.0.48.12", "controlPlane": False}]}
+    assert not p.diff("rot", olds, more).changes  # a new member alone is no rotation
+    unknown = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"  # the engine's placeholder for a value preview cannot know
+    with caplog.at_level(logging.INFO):
+        d = p.diff("rot", olds, {**more, "rotate": {"talos": "b"}, "secretsYaml": unknown, "retiringYaml": unknown})
+    assert d.changes
+    lines = [r.getMessage() for r in caplog.records if "CA rotation of rot" in r.getMessage()]
+    assert len(lines) == 4 and "127.0.48.11, 127.0.48.12" in lines[0] and "drop the old CA" in lines[3]
