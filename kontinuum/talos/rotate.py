@@ -83,6 +83,15 @@ def _read(zone: Zone, node: Node) -> tuple[TalosClient, str] | None:
                          "version`) and run `pulumi up` again: the rotation resumes where the nodes are")
 
 
+def _state(zone: Zone, node: Node, config: str, rotation: Rotation) -> str:
+    try:
+        return cr.state_of(cr.node_cas(config, rotation.kind), rotation.old.crt, rotation.new.crt)
+    except cr.RotationError as exc:
+        raise RotationFailed(f"CA rotation of zone {zone.name}: node {node.address}: {exc} ({cr.TITLE[rotation.kind]}). "
+                             "Was its token changed again before the last rotation finished? Nothing was patched "
+                             "on it; bring its config back to the stack's CAs, then run `pulumi up` again") from None
+
+
 def run(zone: Zone, rotation: Rotation) -> list[str]:
     """Take every node through the due phases; returns what was done (one line per phase)."""
     k, title = rotation.kind, cr.TITLE[rotation.kind]
@@ -92,7 +101,7 @@ def run(zone: Zone, rotation: Rotation) -> list[str]:
         for node in zone.nodes:
             read = _read(zone, node)
             if read is not None:
-                states[node.address] = cr.state_of(cr.node_cas(read[1], k), rotation.old.crt, rotation.new.crt)
+                states[node.address] = _state(zone, node, read[1], rotation)
         phase = cr.due_phase(list(states.values()))
         if phase is None:
             return done
@@ -104,8 +113,7 @@ def run(zone: Zone, rotation: Rotation) -> list[str]:
             c, config = read
             if k == "kubernetes":  # talosctl: PatchNodeConfigWithKubeletRestart, healthy before and after
                 _wait_kubelet(zone, c, node)
-            if cr.STATES.index(cr.state_of(cr.node_cas(config, k), rotation.old.crt,
-                                           rotation.new.crt)) >= cr.STATES.index(target):
+            if cr.STATES.index(_state(zone, node, config, rotation)) >= cr.STATES.index(target):
                 continue  # done before a kill: the truth says so, nothing is repeated
             patched = cr.patch(config, k, phase, old=rotation.old.crt, new=rotation.new,
                                control_plane=node.control_plane)
