@@ -152,7 +152,10 @@ class TalosCluster(pulumi.ComponentResource):
                                 secrets_yaml=secrets_yaml, renew_before_days=zone.renew_before_days,
                                 opts=pulumi.ResourceOptions(parent=self, depends_on=[bootstrap]))
         self.kubeconfig = kubeconfig.kubeconfig
-        self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=kubeconfig.kubeconfig,
+        # The cluster is the zone's, whatever CA its kubeconfig trusts: without an identifier a
+        # Kubernetes CA rotation (new certificate-authority-data) would replace the provider and
+        # with it every object on the cluster.
+        self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=kubeconfig.kubeconfig, cluster_identifier=name,
                                      delete_unreachable=zone.skip_unreachable_cluster,
                                      opts=pulumi.ResourceOptions(parent=self))
 
