@@ -425,7 +425,7 @@ class ClusterRunner:
         self.registry.set_k8s_chain(self.key, cp.pki.ca.crt + cp.pki.accepted_cas)
         fd = os.open(self.kubeconfig_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
-            f.write(cp.admin_kubeconfig())
+            f.write(cp.lab_kubeconfig())  # kwok and stand-ins: survives a cluster CA rotation
         self._api = api_client(self.kubeconfig_path)
         self.flux = OperatorRunner(self.workdir, self.kubeconfig_path, address=self.address, cluster=self.name)
         self.kwok = kwok.start(self.workdir, self.kubeconfig_path, cluster=self.name,

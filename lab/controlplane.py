@@ -140,8 +140,15 @@ class ControlPlane:
         return f"https://{self.address}:{self.apiserver_port}"
 
     def admin_kubeconfig(self) -> str:
-        """The lab's own admin identity (see lab_ca); it trusts the serving certificate by
-        address on loopback, whichever cluster CA issues it."""
+        client = pki.issue_cert(
+            self.pki.ca, common_name="admin", organizations=["system:masters"], client=True, key_type="ecdsa"
+        )
+        return kubeconfig_text(self.name, self.server, self.pki.ca.crt, client)
+
+    def lab_kubeconfig(self) -> str:
+        """The lab's own admin identity for an emulated cluster (see lab_ca): it keeps working
+        across a rotation of the cluster CA, so it trusts the serving certificate by address on
+        loopback, whichever cluster CA issues it."""
         client = pki.issue_cert(
             self.lab_ca, common_name="lab-admin", organizations=["system:masters"], client=True, key_type="ecdsa"
         )
