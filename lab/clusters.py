@@ -503,8 +503,9 @@ class ClusterRunner:
         if self.control_plane is None or self.host.config is None:
             return
         now = read_cluster_config(self.host.config.raw).pki
-        held = self.control_plane.pki
-        if (now.ca, now.accepted_cas) == (held.ca, held.accepted_cas):
+        # Compared with the chain the registry says is served (set only once a restart succeeded),
+        # so a failed restart is tried again on the next tick.
+        if self.registry.k8s_chain(self.key) == now.ca.crt + now.accepted_cas:
             return
         log.info("cluster %s: the cluster CA chain changed; restarting the apiserver with it", self.name)
         self.control_plane.restart_with(now)

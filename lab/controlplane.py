@@ -200,9 +200,16 @@ class ControlPlane:
         self.pki, self._probe_ctx = pki_, None
         self._generation += 1
         self._start_apiserver()
+        started = self.processes[-1]
+
+        def alive() -> None:  # only the new apiserver counts: an old component may have ended on its own
+            if not started.running():
+                raise RuntimeError(f"{self.name}: the restarted kube-apiserver exited early; last log lines:\n"
+                                   f"{started.tail()}")
+
         try:
             wait_until(f"{self.name}: the restarted kube-apiserver {self.server}/readyz", self._new_ready, timeout,
-                       on_fail=self._check_alive)
+                       on_fail=alive)
         finally:
             for p in old:
                 p.stop()
