@@ -104,7 +104,7 @@ def _converge(props: dict, olds: dict | None) -> dict:
     api = api_client(kubeconfig)
     try:
         ctx = k8s_upgrade.Context(client_for=client_for, core=client.CoreV1Api(api), log=info,
-                                  timeout=float(props["timeout"]))
+                                  timeout=float(props["timeout"]), settle_unready=olds is not None)
         recorded.update(k8s_upgrade.rollout(ctx, steps, target))
     finally:
         api.close()

@@ -199,6 +199,10 @@ class Context:
     core: client.CoreV1Api  # the cluster's API
     log: Callable[[str], None]
     timeout: float  # each component of each node
+    # A component already on the target but not Ready: during an upgrade it may be the one a
+    # killed run just changed, so the rollout waits for it before going on. When the record is
+    # new (a zone this stack made before it kept one) nothing was changed: no wait, no apply.
+    settle_unready: bool = True
 
 
 def _read(ctx: Context, what: str, read: Callable[[], Seen | None]) -> Seen | None:
@@ -209,8 +213,12 @@ def _read(ctx: Context, what: str, read: Callable[[], Seen | None]) -> Seen | No
                                      "API back, then run `pulumi up` again: finished nodes are not touched again.")
 
 
+def _on_target(seen: Seen | None, target: str) -> bool:
+    return seen is not None and seen.version.removeprefix("v") == target.removeprefix("v")
+
+
 def _done(seen: Seen | None, target: str) -> bool:
-    return seen is not None and seen.ready and seen.version.removeprefix("v") == target.removeprefix("v")
+    return _on_target(seen, target) and seen.ready
 
 
 def _apply(ctx: Context, node: Node, config: str, what: str) -> None:
@@ -251,9 +259,13 @@ def run_step(ctx: Context, step: Step, target: str) -> dict[str, str]:
     order = [c for c, _ in COMPONENTS] if node.control_plane else []
     for component in step.components:
         seen = _read(ctx, f"{component} of {node.name} ({node.address})", reads[component])
-        if _done(seen, target):
+        if _done(seen, target) or (_on_target(seen, target) and not ctx.settle_unready):
             ctx.log(f"{node.address}: {component} already runs {seen.version}")
             result[component] = seen.version
+            continue
+        if _on_target(seen, target):  # changed by a killed run: settle it, never apply it again
+            result[component] = _wait(ctx, node, component, target, reads[component]).version
+            ctx.log(f"{node.address}: {component} runs {result[component]} and is Ready")
             continue
         if component not in images:
             raise KubernetesUpgradeError(f"the zone's machine config for {node.name} names no {component} image")

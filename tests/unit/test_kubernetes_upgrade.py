@@ -77,10 +77,11 @@ class FakeCluster:
     """Talos nodes (ApplyConfiguration recorded) whose kubelet shows the last applied config at
     once (or never, for `stuck` components), read through a CoreV1Api-shaped object."""
 
-    def __init__(self, running: dict[str, str], stuck: set[str] = frozenset()):
+    def __init__(self, running: dict[str, str], stuck: set[str] = frozenset(), ready: bool = True):
         self.configs = {n.address: config(running.get(n.name, OLD), n.control_plane) for n in nodes()}
         self.applied: list[tuple[str, dict[str, str]]] = []
         self.stuck = stuck
+        self.ready = ready
 
     def client_for(self, address):
         def apply_config(data, mode):
@@ -94,9 +95,8 @@ class FakeCluster:
             self.configs[address] = ku.held_back(data, after)
         return SimpleNamespace(apply_config=apply_config)
 
-    @staticmethod
-    def _ready():
-        return [SimpleNamespace(type="Ready", status="True", reason=None)]
+    def _ready(self):
+        return [SimpleNamespace(type="Ready", status="True" if self.ready else "False", reason=None)]
 
     def list_namespaced_pod(self, namespace, label_selector, _request_timeout):
         component = label_selector.split("=", 1)[1]
@@ -118,8 +118,9 @@ class FakeCluster:
                                    conditions=self._ready())) for address, t in self.configs.items()])
 
 
-def ctx(fake: FakeCluster, timeout: float = 2.0) -> ku.Context:
-    return ku.Context(client_for=fake.client_for, core=fake, log=lambda m: None, timeout=timeout)
+def ctx(fake: FakeCluster, timeout: float = 2.0, settle_unready: bool = True) -> ku.Context:
+    return ku.Context(client_for=fake.client_for, core=fake, log=lambda m: None, timeout=timeout,
+                      settle_unready=settle_unready)
 
 
 def test_rollout_moves_one_component_of_one_node_at_a_time_in_order():
@@ -152,6 +153,19 @@ def test_a_component_that_does_not_converge_stops_the_rollout_naming_node_and_co
     assert "kube-controller-manager on cp1 (127.0.47.11) to run v1.35.5 and be Ready" in str(err.value)
     assert "runs registry.k8s.io/kube-controller-manager:v1.35.4" in str(err.value)
     assert [a for a, _ in fake.applied] == ["127.0.47.11", "127.0.47.11"]  # nothing after it
+
+
+def test_a_component_on_the_target_is_never_applied_again():
+    """Not Ready but on the target: during an upgrade (a killed run changed it) the rollout waits
+    for it without applying it; when the record is new (a zone made before it) nothing is due."""
+    everything_new = {n.name: NEW for n in nodes()}
+    fake = FakeCluster(everything_new, ready=False)
+    with pytest.raises(WaitTimeout) as err:
+        ku.rollout(ctx(fake, timeout=0.3), ku.plan(nodes()), NEW)
+    assert "kube-apiserver on cp1 (127.0.47.11) to run v1.35.5 and be Ready" in str(err.value)
+    assert fake.applied == []
+    ku.rollout(ctx(fake, settle_unready=False), ku.plan(nodes()), NEW)
+    assert fake.applied == []
 
 
 # --- the provider's diff: the plan at preview, the skew refused -------------------------------------

@@ -93,10 +93,12 @@ def test_shipped_stacks_are_valid(stack_file):
 
     from kontinuum_components.specs import validate
 
+    from lab import upstream
     from lab.acme import ensure_ca
 
     root = Path(__file__).resolve().parents[2]
-    ensure_ca(root / ".state" / "lab" / "acme")  # the lab stack names the lab ACME server's CA file
+    upstream.link(root / ".state" / "lab" / "upstream")  # the lab stack names the pinned charts there
+    ensure_ca(root / ".state" / "lab" / "acme")  # and the lab ACME server's CA file
     raw = yaml.safe_load((root / "stacks" / stack_file).read_text())["config"]
     cfg = parse({k.split(":", 1)[1]: v for k, v in raw.items()})
     for i, z in enumerate(cfg.zones):
