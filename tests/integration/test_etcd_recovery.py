@@ -46,13 +46,17 @@ def admin(bundle: secrets.SecretsBundle) -> str:
 
 
 def cni_daemonset() -> dict:
-    """Stands for Cilium's agent: kwok runs it Ready on every node, so the Nodes turn Ready."""
+    """Stands for Cilium's agent: kwok runs it Ready on every node, so the Nodes turn Ready. Like
+    Kontinuum's Cilium it reaches the apiserver through KubePrism, not the Service network, which
+    the lab's pod network serves only once a node's CNI is ready (lab/pod_network.py)."""
     labels = {"app.kubernetes.io/part-of": "cilium", "k8s-app": "cilium"}
     return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "cilium", "labels": labels},
             "spec": {"selector": {"matchLabels": {"k8s-app": "cilium"}},
                      "template": {"metadata": {"labels": labels},
                                   "spec": {"tolerations": [{"operator": "Exists"}], "hostNetwork": True,
-                                           "containers": [{"name": "agent", "image": "quay.io/cilium/cilium:lab"}]}}}}
+                                           "containers": [{"name": "agent", "image": "quay.io/cilium/cilium:lab",
+                                                  "env": [{"name": "KUBERNETES_SERVICE_HOST", "value": "localhost"},
+                                                          {"name": "KUBERNETES_SERVICE_PORT", "value": "7445"}]}]}}}}
 
 
 @pytest.fixture(scope="module")
