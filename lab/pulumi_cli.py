@@ -130,11 +130,14 @@ class Stack:
         return json.loads(self.run("stack", "export", "--stack", self.name).stdout)
 
 
-def kill_strays(project_dir: Path) -> list[int]:
+def kill_strays(project_dir: Path, state_dir: Path | None = None) -> list[int]:
     """SIGKILL Pulumi plugin processes still working in `project_dir`. The engine starts its
     plugins in process groups of their own, so killing a `pulumi up` does not reach them; our
-    launchers (tools/plugins) make them die with the engine, this is the safety net."""
+    launchers (tools/plugins) make them die with the engine, this is the safety net. With
+    `state_dir`, only the plugins of that stack's runs (their KONTINUUM_STATE): test modules run
+    side by side in one project directory, and another module's plugins are not strays."""
     root = str(Path(project_dir).resolve())
+    mine = f"KONTINUUM_STATE={state_dir}".encode() if state_dir is not None else None
     killed = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -142,9 +145,12 @@ def kill_strays(project_dir: Path) -> list[int]:
         try:
             cwd = os.readlink(entry / "cwd")
             argv = (entry / "cmdline").read_bytes().split(b"\0")
+            environ = (entry / "environ").read_bytes().split(b"\0") if mine else []
         except OSError:
             continue
         plugin = any(b"pulumi-resource-" in a or b"pulumi-language-" in a or a == b"pulumi.dynamic" for a in argv)
+        if mine is not None and mine not in environ:
+            continue
         if plugin and (cwd == root or cwd.startswith(root + os.sep)):
             try:
                 os.kill(int(entry.name), 9)

@@ -242,7 +242,7 @@ def test_killed_mid_rollout_converges_without_upgrading_a_node_twice(d2):
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
-        kill_strays(ROOT)
+        kill_strays(ROOT, stack.state_dir)
         for a in ORDER:
             control.set_faults(a, reboot_delay=1.0)
     stack.up()

@@ -160,7 +160,7 @@ def test_killed_up_while_claiming_converges_without_orphans(hub, lab, tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
-        kill_strays(stack.project_dir)
+        kill_strays(stack.project_dir, stack.state_dir)
     stack.run("cancel", "--yes", check=False)  # a killed run leaves its lock behind
     set_objects(stack, "pools", [{"name": "kill-pool", "selector": {"test": "kill"}, "replicas": 2}])
     stack.up()

@@ -99,7 +99,7 @@ def test_up_killed_after_config_apply_converges_on_rerun(lab, tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
-        kill_strays(ROOT)
+        kill_strays(ROOT, stack.state_dir)
     assert node_state(KILL[0])["mode"] == "configured"
     # The killed run left its lock (backend/.pulumi/locks/<org>/<project>/<stack>/<id>.json); the
     # plain re-run clears it (its engine is provably gone: tools/pulumi runs `kontinuum recover`).
@@ -131,7 +131,7 @@ def test_hung_worker_fails_bounded_naming_it_then_converges(lab, tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
-            kill_strays(ROOT)
+            kill_strays(ROOT, stack.state_dir)
         set_faults(HANG_WORKER, hang=False)
     assert proc.returncode != 0
     assert elapsed < 150, f"the failure took {elapsed:.0f} s"
