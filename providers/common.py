@@ -46,12 +46,14 @@ def with_secret_outputs(opts: pulumi.ResourceOptions | None, *names: str) -> pul
     return pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(additional_secret_outputs=list(names)))
 
 
-def cluster_wait_failures(news: dict, *required: str) -> list[CheckFailure]:
-    """Check failures shared by the waits on a zone cluster: the named keys required, the
-    cluster's kubeconfig present, the timeout a number of seconds >= 0."""
+def cluster_wait_failures(news: dict, *required: str, kubeconfig: str = "kubeconfig",
+                          whose: str = "the zone cluster's") -> list[CheckFailure]:
+    """Check failures shared by the waits on a cluster (a zone's, or the hub's): the named keys
+    required, the cluster's kubeconfig (input `kubeconfig`) present, the timeout a number of
+    seconds >= 0."""
     failures = [CheckFailure(k, "required") for k in required if not news.get(k)]
-    if not news.get("kubeconfig"):
-        failures.append(CheckFailure("kubeconfig", "required: the zone cluster's kubeconfig (secret)"))
+    if not news.get(kubeconfig):
+        failures.append(CheckFailure(kubeconfig, f"required: {whose} kubeconfig (secret)"))
     timeout = news.get("timeout")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
         failures.append(CheckFailure("timeout", f"must be a number of seconds >= 0, got {timeout!r}"))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pulumi
 from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, ReadResult, ResourceProvider, UpdateResult
 
-from providers.common import TypedResource, diff_inputs, why_not_read, with_secret_outputs
+from providers.common import TypedResource, cluster_wait_failures, diff_inputs, why_not_read, with_secret_outputs
 
 UPDATE_ON = ("region", "zone", "trigger", "maxHeartbeatAge", "hubKubeconfig", "zoneKubeconfig")
 SECRET_INPUTS = ("hubKubeconfig", "zoneKubeconfig")
@@ -22,13 +22,7 @@ READ_TIMEOUT = 10.0
 
 
 def check_registry_join(news: dict) -> list[CheckFailure]:
-    failures = [CheckFailure(k, "required") for k in ("region", "zone") if not news.get(k)]
-    if not news.get("hubKubeconfig"):
-        failures.append(CheckFailure("hubKubeconfig", "required: the hub's kubeconfig (secret)"))
-    timeout = news.get("timeout")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
-        failures.append(CheckFailure("timeout", f"must be a number of seconds >= 0, got {timeout!r}"))
-    return failures
+    return cluster_wait_failures(news, "region", "zone", kubeconfig="hubKubeconfig", whose="the hub's")
 
 
 class RegistryJoinProvider(ResourceProvider):
