@@ -143,15 +143,18 @@ class MemberInfo:
     node_labels: dict[str, str] = field(default_factory=dict)
     kubelet_version: str = "v1.35.4"
     talos_version: str = "v1.13.0"
+    static_pod_images: dict[str, str] = field(default_factory=dict)  # component → image (control planes)
 
     @classmethod
     def of(cls, node: EmulatedNode) -> "MemberInfo":
         assert node.config is not None
-        machine = _v1alpha1(node.config.raw).get("machine") or {}
+        doc = _v1alpha1(node.config.raw)
+        machine = doc.get("machine") or {}
         image = str((machine.get("kubelet") or {}).get("image") or "")
         tag = image.rsplit(":", 1)[1] if ":" in image.rsplit("/", 1)[-1] else "v1.35.4"
         labels = {str(k): str(v) for k, v in (machine.get("nodeLabels") or {}).items()}
-        return cls(node.hostname, node.address, node.is_control_plane, labels, tag, node.talos_version)
+        pods = static_pods.images(doc) if node.is_control_plane else {}
+        return cls(node.hostname, node.address, node.is_control_plane, labels, tag, node.talos_version, pods)
 
 
 def pod_cidr(pod_subnet: str, taken: Iterable[str]) -> str:
@@ -520,10 +523,9 @@ class ClusterRunner:
         core = client.CoreV1Api(self._api)
         nodes = {n.metadata.name: n for n in core.list_node(_request_timeout=REQUEST_TIMEOUT).items}
         cidrs = [n.spec.pod_cidr for n in nodes.values() if n.spec and n.spec.pod_cidr]
-        current = {n.address: n for n in self.members()}
+        current = {n.address: (n, MemberInfo.of(n)) for n in self.members()}
         holding = {n.address for n in self.registry.nodes_of(self.key)}  # rebooting ones included
-        for address, node in current.items():
-            member = MemberInfo.of(node)
+        for address, (_node, member) in current.items():
             existing = nodes.get(member.hostname)
             if existing is None:
                 cidr = pod_cidr(self.config.pod_subnet, cidrs)
@@ -547,7 +549,7 @@ class ClusterRunner:
             if name in nodes:
                 self._annotate(core, name, {kwok.MANAGED_ANNOTATION: None, kwok.CNI_READY_ANNOTATION: None})
                 log.info("cluster %s: Node %s (%s) left; kwok no longer plays its kubelet", self.name, name, address)
-        static_pods.reconcile(core, [(n, MemberInfo.of(n)) for n in current.values()], nodes)
+        static_pods.reconcile(core, current.values(), nodes)
         self._reconcile_cni(core, nodes)
         pod_network.reconcile(core, nodes, kube_proxy=self.config.kube_proxy)  # seed 002: host-network clients of the Service ClusterIP
         if self.flux is not None:

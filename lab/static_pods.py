@@ -22,12 +22,10 @@ the order in which an upgrade reached the nodes.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import logging
 from typing import Iterable
 
-import yaml
 from kubernetes import client
 
 from lab.standins.loop import REQUEST_TIMEOUT
@@ -45,15 +43,8 @@ COMPONENTS = (
 DEFAULT_IMAGE = "registry.k8s.io/{component}:v1.35.4"  # Talos's default when the config names none
 
 
-def images(raw: bytes) -> dict[str, str]:
-    """component → image of the static pods a control plane with this config runs."""
-    return dict(_images(raw))
-
-
-@functools.lru_cache(maxsize=128)  # read on every reconcile tick; a config is replaced, never changed
-def _images(raw: bytes) -> dict[str, str]:
-    doc = next((d for d in yaml.safe_load_all(raw)
-                if isinstance(d, dict) and d.get("version") == "v1alpha1" and "kind" not in d), {})
+def images(doc: dict) -> dict[str, str]:
+    """component → image of the static pods a control plane runs, from its v1alpha1 document."""
     out = {}
     for component, path in COMPONENTS:
         value: object = doc
@@ -102,7 +93,7 @@ def reconcile(core: client.CoreV1Api, members: Iterable, nodes: dict) -> None:
         _kubelet(core, machine, member, node)
         if not member.control_plane:
             continue
-        for component, image in images(machine.config.raw).items():
+        for component, image in member.static_pod_images.items():
             name = f"{component}-{member.hostname}"
             pod = pods.get(name)
             if pod is not None and not pod.metadata.deletion_timestamp and pod.spec.containers[0].image == image:
