@@ -83,12 +83,13 @@ def _converge(props: dict, olds: dict | None) -> dict:
     steps = _steps(props) or []
     target = props["version"]
     recorded = {**((olds or {}).get("nodeVersions") or {})}
+    outs = {**{k: props.get(k) for k in RECORDED}, "nodeVersions": recorded}  # recorded grows below
     if olds and versions.same(olds.get("version") or "", target):
-        return {**{k: props.get(k) for k in RECORDED}, "nodeVersions": recorded}
+        return outs
     members = _members(props, steps, new_zone=olds is None) if steps else set()
     steps = [s for s in steps if s.node.address in members]
     if not steps:
-        return {**{k: props.get(k) for k in RECORDED}, "nodeVersions": recorded}
+        return outs
     kubeconfig = cluster_kubeconfig(props, next((s.node.address for s in steps if s.node.control_plane), None))
     if kubeconfig is None:
         raise KontinuumError(f"zone {props.get('zone')}: no control plane handed out the cluster's kubeconfig, so the "
@@ -108,7 +109,7 @@ def _converge(props: dict, olds: dict | None) -> dict:
         recorded.update(k8s_upgrade.rollout(ctx, steps, target))
     finally:
         api.close()
-    return {**{k: props.get(k) for k in RECORDED}, "nodeVersions": recorded}
+    return outs
 
 
 class KubernetesVersionProvider(ResourceProvider):
