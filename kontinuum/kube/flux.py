@@ -131,6 +131,10 @@ def readiness(obj: dict | None) -> tuple[bool, str]:
     current = ready.get("observedGeneration", status.get("observedGeneration")) in (None, generation)
     text = f"Ready={ready.get('status')} ({ready.get('reason')}): {ready.get('message') or ''}".rstrip(": ")
     if ready.get("status") == "True" and current:
+        # The operator's patch helper writes conditions before the rest of the status: Ready can
+        # show a moment before lastAppliedRevision does.
+        if not status.get("lastAppliedRevision"):
+            return False, f"{text} [lastAppliedRevision not written yet]"
         return True, text
     if not current:
         return False, f"{text} [for generation {ready.get('observedGeneration')}, not {generation} yet]"

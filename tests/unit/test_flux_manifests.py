@@ -104,6 +104,9 @@ def test_readiness_names_the_failing_condition():
                                     "message": "ok", "observedGeneration": 1}]
     assert flux.readiness(obj) == (False, "Ready=True (ReconciliationSucceeded): ok [for generation 1, not 2 yet]")
     obj["status"]["conditions"][0]["observedGeneration"] = 2
+    # the operator writes conditions before the rest of its status: Ready alone is not done yet
+    assert flux.readiness(obj) == (False, "Ready=True (ReconciliationSucceeded): ok [lastAppliedRevision not written yet]")
+    obj["status"]["lastAppliedRevision"] = "v2.9.0@sha256:ab"
     assert flux.readiness(obj)[0] is True
 
 
