@@ -42,7 +42,7 @@ import yaml
 from kubernetes import client
 
 from kontinuum.talos.pki import CertKey
-from lab import kwok, pod_network, service_proxy, static_pods
+from lab import kubelets, kwok, pod_network, service_proxy, static_pods
 from lab.acme import Acme
 from lab.certmanager import CertManager
 from lab.flux_operator import OperatorRunner
@@ -65,9 +65,6 @@ CHECK_NODES_REPORT = "all k8s nodes to report"
 CHECK_CONTROL_PLANE = "all control plane components to be ready"
 CHECK_NODES_READY = "all k8s nodes to report ready"
 CHECK_CILIUM = "cilium to report ready"  # the lab's analogue of Talos's "kube-proxy/coredns to report ready"
-
-CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 # --- what the lab reads from an applied machine config (pure) -----------------------------------
@@ -155,72 +152,6 @@ class MemberInfo:
         labels = {str(k): str(v) for k, v in (machine.get("nodeLabels") or {}).items()}
         pods = static_pods.images(doc) if node.is_control_plane else {}
         return cls(node.hostname, node.address, node.is_control_plane, labels, tag, node.talos_version, pods)
-
-
-def pod_cidr(pod_subnet: str, taken: Iterable[str]) -> str:
-    """The first /24 of the pod subnet (or the subnet itself, if smaller) not taken yet."""
-    net = ipaddress.ip_network(pod_subnet, strict=False)
-    prefix = 24 if net.version == 4 else 64
-    if net.prefixlen >= prefix:
-        return str(net)
-    used = set(taken)
-    for sub in net.subnets(new_prefix=prefix):
-        if str(sub) not in used:
-            return str(sub)
-    raise RuntimeError(f"pod subnet {pod_subnet} has no free /{prefix} left")
-
-
-def node_manifest(member: MemberInfo, *, cluster: str, cidr: str, allow_scheduling_on_control_planes: bool) -> dict:
-    """The Node a kubelet registers on a Talos machine (status included: Nodes take it on create)."""
-    labels = {
-        "beta.kubernetes.io/arch": "amd64",
-        "beta.kubernetes.io/os": "linux",
-        "kubernetes.io/arch": "amd64",
-        "kubernetes.io/os": "linux",
-        HOSTNAME_LABEL: member.hostname,
-        **member.node_labels,
-    }
-    taints = []
-    if member.control_plane:
-        labels[CONTROL_PLANE_LABEL] = ""
-        if not allow_scheduling_on_control_planes:
-            taints.append({"key": CONTROL_PLANE_LABEL, "effect": "NoSchedule"})
-    resources = {"cpu": "4", "memory": "8Gi", "pods": "110", "ephemeral-storage": "100Gi"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": member.hostname,
-            "labels": labels,
-            "annotations": {
-                kwok.MANAGED_ANNOTATION: cluster,
-                "node.alpha.kubernetes.io/ttl": "0",
-                "volumes.kubernetes.io/controller-managed-attach-detach": "true",
-            },
-        },
-        "spec": {"podCIDR": cidr, "podCIDRs": [cidr], **({"taints": taints} if taints else {})},
-        "status": {
-            "addresses": [
-                {"type": "InternalIP", "address": member.address},
-                {"type": "Hostname", "address": member.hostname},
-            ],
-            "capacity": resources,
-            "allocatable": resources,
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-            "nodeInfo": {
-                "architecture": "amd64",
-                "operatingSystem": "linux",
-                "osImage": f"Talos ({member.talos_version})",
-                "kernelVersion": "6.12.0-talos",
-                "kubeletVersion": member.kubelet_version,
-                "kubeProxyVersion": "",
-                "containerRuntimeVersion": "containerd://2.1.0 (lab: kwok)",
-                "machineID": hashlib.sha256(member.address.encode()).hexdigest()[:32],
-                "systemUUID": "",
-                "bootID": "",
-            },
-        },
-    }
 
 
 # --- health, from what the apiserver says (pure) -------------------------------------------------
@@ -525,13 +456,14 @@ class ClusterRunner:
         cidrs = [n.spec.pod_cidr for n in nodes.values() if n.spec and n.spec.pod_cidr]
         current = {n.address: (n, MemberInfo.of(n)) for n in self.members()}
         holding = {n.address for n in self.registry.nodes_of(self.key)}  # rebooting ones included
+        leases = client.CoordinationV1Api(self._api)
         for address, (_node, member) in current.items():
             existing = nodes.get(member.hostname)
             if existing is None:
-                cidr = pod_cidr(self.config.pod_subnet, cidrs)
+                cidr = kubelets.pod_cidr(self.config.pod_subnet, cidrs)
                 cidrs.append(cidr)
                 allow = self.config.allow_scheduling_on_control_planes
-                body = node_manifest(member, cluster=self.name, cidr=cidr, allow_scheduling_on_control_planes=allow)
+                body = kubelets.node_manifest(member, cluster=self.name, cidr=cidr, allow_scheduling_on_control_planes=allow)
                 try:
                     core.create_node(body, _request_timeout=REQUEST_TIMEOUT)
                     log.info("cluster %s: registered Node %s (%s)", self.name, member.hostname, address)
@@ -540,15 +472,15 @@ class ClusterRunner:
                         raise
             elif (existing.metadata.annotations or {}).get(kwok.MANAGED_ANNOTATION) != self.name:
                 self._annotate(core, member.hostname, {kwok.MANAGED_ANNOTATION: self.name})
+            if address not in self._registered and existing is not None and kubelets.rejoin(leases, member.hostname):
+                log.info("cluster %s: Node %s (%s) is back; kwok plays its kubelet again", self.name, member.hostname, address)
             self._registered[address] = member.hostname
         for address in [a for a in self._registered if a not in holding]:
-            # The machine left (reset): its kubelet stops, so kwok stops renewing its Lease and the
-            # node lifecycle controller marks it Unknown, as for a real machine; the Node object
-            # stays until someone deletes it.
+            # The machine left (reset): its kubelet stops; the Node stays, unrenewed (lab/kubelets.py).
             name = self._registered.pop(address)
             if name in nodes:
-                self._annotate(core, name, {kwok.MANAGED_ANNOTATION: None, kwok.CNI_READY_ANNOTATION: None})
-                log.info("cluster %s: Node %s (%s) left; kwok no longer plays its kubelet", self.name, name, address)
+                kubelets.leave(core, leases, name)
+                log.info("cluster %s: Node %s (%s) left; no kubelet renews it now", self.name, name, address)
         static_pods.reconcile(core, current.values(), nodes)
         self._reconcile_cni(core, nodes)
         pod_network.reconcile(core, nodes, kube_proxy=self.config.kube_proxy)  # seed 002: host-network clients of the Service ClusterIP

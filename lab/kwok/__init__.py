@@ -1,7 +1,8 @@
 """kwok plays the kubelets of one emulated cluster: one kwok process per cluster control plane.
 
 kwok manages only the Nodes the lab registers (they carry MANAGED_ANNOTATION with the cluster's
-name), renews their Leases, and walks Nodes and Pods through our own stages (stages.yaml):
+name), renews their Leases (a machine that left has its Lease held by the lab instead:
+lab/kubelets.py), and walks Nodes and Pods through our own stages (stages.yaml):
 Nodes stay NotReady with the kubelet's "network plugin not ready" until the lab sets
 CNI_READY_ANNOTATION, Pods bound to those Nodes go Pending → Running/Ready. kwok serves no HTTP
 endpoint here (no --server-address, no --node-port), so it binds no port at all, and it reads no

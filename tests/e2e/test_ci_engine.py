@@ -23,7 +23,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes import client
 
+from kontinuum.kube.clients import api_client
 from kontinuum.talos import talosconfig
 from kontinuum.talos.client import TalosClient
 from kontinuum.talos.secrets import load as load_secrets, secret_values
@@ -190,6 +192,28 @@ def test_preview_all_two_regions_no_changes_then_a_config_change(regions, place)
         assert value not in md and value not in json.dumps(summary) and value not in diff
 
 
+def unready_on(kubeconfig: str, address: str, *, within: float) -> None:
+    """Wait until the node lifecycle controller marked the Node at `address` Unknown and its pods
+    not Ready (node-monitor-grace-period after its kubelet stopped)."""
+    api = api_client(kubeconfig)
+    core = client.CoreV1Api(api)
+    deadline = time.monotonic() + within
+    try:
+        while True:
+            (node,) = [n for n in core.list_node(_request_timeout=10).items
+                       if any(a.address == address for a in n.status.addresses or [])]
+            ready = {c.type: c.status for c in node.status.conditions or []}.get("Ready")
+            pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node.metadata.name}",
+                                                    _request_timeout=10).items
+            marked = [p for p in pods if {c.type: c.status for c in p.status.conditions or []}.get("Ready") == "False"]
+            if ready == "Unknown" and pods and len(marked) == len(pods):
+                return
+            assert time.monotonic() < deadline, f"Node {node.metadata.name}: Ready={ready}, {len(marked)}/{len(pods)} pods not Ready"
+            time.sleep(2)
+    finally:
+        api.close()
+
+
 def secrets_yaml(stack: Stack, output: str = "secretsYaml") -> str:
     deployment = json.loads(stack.run("stack", "export", "--stack", stack.name, "--show-secrets").stdout)["deployment"]
     (res,) = [r for r in deployment["resources"] if r["type"].endswith("talos:TalosSecrets")]
@@ -262,6 +286,9 @@ def test_a_node_reset_behind_pulumis_back_is_drift_that_the_next_up_repairs(regi
     while control.read_state(R2_WORKER)["mode"] != "maintenance":
         assert time.monotonic() < deadline, "the worker did not come back in maintenance mode"
         time.sleep(0.5)
+    # What the cluster shows a minute later: the Node is Unknown and its pods are not Ready. The
+    # repair must bring them back (it once waited 600 s on a pod no kubelet made Ready again).
+    unready_on(r2.outputs(show_secrets=True)["kubeconfigs"]["b"], R2_WORKER, within=150)
 
     r, md, summary, _ = kontinuum_preview(place, "--stack", "r2", "--refresh", "--expect-no-changes")
     assert r.returncode == 2, r.stdout + r.stderr

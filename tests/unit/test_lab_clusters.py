@@ -9,7 +9,7 @@ from kubernetes import client
 
 from kontinuum.talos import machineconfig as mc
 from kontinuum.talos import pki, secrets
-from lab import clusters, kwok
+from lab import clusters, kubelets, kwok
 
 
 @pytest.fixture(scope="module")
@@ -39,26 +39,26 @@ def test_a_worker_config_has_no_control_plane_keys(bundle):
 
 
 def test_pod_cidrs_are_distinct_slices_of_the_pod_subnet():
-    assert clusters.pod_cidr("10.244.0.0/16", []) == "10.244.0.0/24"
-    assert clusters.pod_cidr("10.244.0.0/16", ["10.244.0.0/24"]) == "10.244.1.0/24"
-    assert clusters.pod_cidr("10.9.8.0/26", []) == "10.9.8.0/26"
+    assert kubelets.pod_cidr("10.244.0.0/16", []) == "10.244.0.0/24"
+    assert kubelets.pod_cidr("10.244.0.0/16", ["10.244.0.0/24"]) == "10.244.1.0/24"
+    assert kubelets.pod_cidr("10.9.8.0/26", []) == "10.9.8.0/26"
 
 
 def test_node_manifest_is_what_a_talos_kubelet_registers():
     cp = clusters.MemberInfo("cp-1", "127.0.30.1", True, {"zone": "a"}, "v1.34.1", "v1.13.0")
-    node = clusters.node_manifest(cp, cluster="zone-a", cidr="10.244.0.0/24", allow_scheduling_on_control_planes=False)
+    node = kubelets.node_manifest(cp, cluster="zone-a", cidr="10.244.0.0/24", allow_scheduling_on_control_planes=False)
     md = node["metadata"]
-    assert md["labels"][clusters.HOSTNAME_LABEL] == "cp-1" and md["labels"]["zone"] == "a"
-    assert md["labels"][clusters.CONTROL_PLANE_LABEL] == ""
+    assert md["labels"][kubelets.HOSTNAME_LABEL] == "cp-1" and md["labels"]["zone"] == "a"
+    assert md["labels"][kubelets.CONTROL_PLANE_LABEL] == ""
     assert md["annotations"][kwok.MANAGED_ANNOTATION] == "zone-a"
-    assert node["spec"]["taints"] == [{"key": clusters.CONTROL_PLANE_LABEL, "effect": "NoSchedule"}]
+    assert node["spec"]["taints"] == [{"key": kubelets.CONTROL_PLANE_LABEL, "effect": "NoSchedule"}]
     assert node["status"]["addresses"][0] == {"type": "InternalIP", "address": "127.0.30.1"}
     assert node["status"]["nodeInfo"]["kubeletVersion"] == "v1.34.1"
-    allowed = clusters.node_manifest(cp, cluster="zone-a", cidr="10.244.0.0/24", allow_scheduling_on_control_planes=True)
+    allowed = kubelets.node_manifest(cp, cluster="zone-a", cidr="10.244.0.0/24", allow_scheduling_on_control_planes=True)
     assert "taints" not in allowed["spec"]
-    worker = clusters.node_manifest(clusters.MemberInfo("w-1", "127.0.30.2", False), cluster="zone-a",
+    worker = kubelets.node_manifest(clusters.MemberInfo("w-1", "127.0.30.2", False), cluster="zone-a",
                                     cidr="10.244.1.0/24", allow_scheduling_on_control_planes=False)
-    assert clusters.CONTROL_PLANE_LABEL not in worker["metadata"]["labels"] and "taints" not in worker["spec"]
+    assert kubelets.CONTROL_PLANE_LABEL not in worker["metadata"]["labels"] and "taints" not in worker["spec"]
 
 
 def _node(name: str, ip: str, ready: bool) -> client.V1Node:
@@ -120,3 +120,4 @@ def test_kwok_stages_are_ours_and_well_formed():
     argv = kwok.argv("/k", cluster="zone-a", node_ip="127.0.30.1", pod_cidr="10.244.0.0/16")
     assert f"--manage-nodes-with-annotation-selector={kwok.MANAGED_ANNOTATION}=zone-a" in argv
     assert not any(a.startswith(("--server-address", "--node-port")) for a in argv)  # kwok binds no port
+
