@@ -11,7 +11,8 @@ import datetime as dt
 
 from kontinuum.errors import KontinuumError
 from kontinuum.hub.inventory import Inventory
-from kontinuum.talos.client import Deadlines, Discovery, discover
+from kontinuum.talos.answers import Discovery
+from kontinuum.talos.client import Deadlines, discover
 from kontinuum.talos.errors import NotInMaintenanceError, TalosError
 
 

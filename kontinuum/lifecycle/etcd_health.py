@@ -11,7 +11,8 @@ from typing import Callable, Iterable
 from urllib.parse import urlsplit
 
 from kontinuum.errors import KontinuumError
-from kontinuum.talos.client import EtcdMember, TalosClient
+from kontinuum.talos.answers import EtcdMember
+from kontinuum.talos.client import TalosClient
 from kontinuum.talos.errors import TalosError
 from kontinuum.talos.waits import NotYet, WaitTimeout, wait_until
 

@@ -19,17 +19,25 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import gzip
-import io
 import tarfile
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable, TypeVar
 
-import yaml
 from google.protobuf import duration_pb2, empty_pb2
-from grpclib.const import Status
 from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 
+from kontinuum.talos.answers import (
+    ApplyResult,
+    Discovery,
+    EtcdMember,
+    ServiceStatus,
+    VersionInfo,
+    address_of,
+    check_messages,
+    extract_kubeconfig,
+    link_of,
+    yaml_spec,
+)
 from kontinuum.talos.errors import (
     CertificatePinMismatch,
     ClientCertificateRejectedError,
@@ -38,7 +46,6 @@ from kontinuum.talos.errors import (
     TalosApiError,
     TalosError,
     classify,
-    from_status,
 )
 from kontinuum.talos.transport import APID_PORT, MaintenanceTransport, MutualTlsTransport, Transport
 from protos.gen.cluster import cluster_grpc, cluster_pb2
@@ -86,67 +93,6 @@ class Deadlines:
 DEFAULT_DEADLINES = Deadlines()
 
 
-@dataclass(frozen=True)
-class Link:
-    name: str
-    mac: str
-    kind: str  # `type` in Talos's spec: ether, loopback, ...
-    state: str  # operationalState: up, down, unknown
-    mtu: int
-    carrier: bool  # linkState
-
-
-@dataclass(frozen=True)
-class Address:
-    link: str
-    cidr: str
-    family: str  # inet4 / inet6
-    scope: str  # global, link, host
-
-
-@dataclass(frozen=True)
-class Discovery:
-    """What a maintenance-mode node tells about itself."""
-
-    address: str
-    talos_version: str
-    links: tuple[Link, ...]
-    addresses: tuple[Address, ...]
-    fingerprint: str | None  # SPKI SHA-256 of the node's maintenance certificate
-
-
-@dataclass(frozen=True)
-class ApplyResult:
-    mode: str  # the mode the node actually used
-    details: str
-    warnings: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class VersionInfo:
-    tag: str
-    sha: str
-    arch: str
-    platform: str
-    rbac: bool
-
-
-@dataclass(frozen=True)
-class EtcdMember:
-    id: int
-    hostname: str
-    peer_urls: tuple[str, ...]
-    client_urls: tuple[str, ...]
-    is_learner: bool
-
-
-@dataclass(frozen=True)
-class ServiceStatus:
-    id: str
-    state: str
-    healthy: bool | None  # None while the service's health is unknown
-
-
 def run_sync(coro: Awaitable[T]) -> T:
     """Run `coro` to completion from synchronous code.
 
@@ -158,30 +104,6 @@ def run_sync(coro: Awaitable[T]) -> T:
         return asyncio.run(coro)  # type: ignore[arg-type]
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="talos-client") as pool:
         return pool.submit(asyncio.run, coro).result()  # type: ignore[arg-type]
-
-
-def check_messages(messages: Iterable[Any], node: str, operation: str) -> None:
-    """apid reports a per-node failure inside a successful RPC: check every message."""
-    for message in messages:
-        meta = message.metadata
-        if meta.error:
-            status = Status(meta.status.code) if meta.status.code else Status.UNKNOWN
-            raise from_status(meta.hostname or node, operation, status, meta.error)
-
-
-def _yaml_spec(resource: Any) -> dict:
-    spec = yaml.safe_load(resource.spec.yaml_spec or "{}")
-    return spec if isinstance(spec, dict) else {}
-
-
-def _extract_kubeconfig(archive: bytes) -> str:
-    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(archive)), mode="r:") as tar:
-        for member in tar:
-            if member.isfile():
-                f = tar.extractfile(member)
-                if f is not None:
-                    return f.read().decode()
-    raise ValueError("the kubeconfig archive holds no file")
 
 
 class TalosClient:
@@ -276,35 +198,13 @@ class TalosClient:
             )
             return Discovery(
                 address=self.node,
-                talos_version=str(_yaml_spec(got.resource).get("version", "")),
-                links=tuple(self._link(r.resource) for r in links),
-                addresses=tuple(self._address(r.resource) for r in addresses),
+                talos_version=str(yaml_spec(got.resource).get("version", "")),
+                links=tuple(link_of(r.resource) for r in links),
+                addresses=tuple(address_of(r.resource) for r in addresses),
                 fingerprint=self.fingerprint,
             )
 
         return self._run("discover", timeout or self.deadlines.discover, body)
-
-    @staticmethod
-    def _link(resource: Any) -> Link:
-        spec = _yaml_spec(resource)
-        return Link(
-            name=resource.metadata.id,
-            mac=str(spec.get("hardwareAddr", "")),
-            kind=str(spec.get("type", "")),
-            state=str(spec.get("operationalState", "")),
-            mtu=int(spec.get("mtu") or 0),
-            carrier=bool(spec.get("linkState", False)),
-        )
-
-    @staticmethod
-    def _address(resource: Any) -> Address:
-        spec = _yaml_spec(resource)
-        return Address(
-            link=str(spec.get("linkName", "")),
-            cidr=str(spec.get("address", "")),
-            family=str(spec.get("family", "")),
-            scope=str(spec.get("scope", "")),
-        )
 
     # --- machine service ------------------------------------------------------------------
 
@@ -350,7 +250,7 @@ class TalosClient:
             )
             check_messages(chunks, self.node, "kubeconfig")
             try:
-                return _extract_kubeconfig(b"".join(c.bytes for c in chunks))
+                return extract_kubeconfig(b"".join(c.bytes for c in chunks))
             except (OSError, EOFError, tarfile.TarError, ValueError, UnicodeDecodeError) as exc:
                 raise TalosApiError(self.node, "kubeconfig", f"the node sent an unreadable archive ({exc})") from exc
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
-from kontinuum.talos.client import TalosClient, check_messages
+from kontinuum.talos.answers import check_messages
+from kontinuum.talos.client import TalosClient
 from kontinuum.talos.errors import TalosApiError
 from protos.gen.common import common_pb2
 from protos.gen.machine import machine_grpc, machine_pb2

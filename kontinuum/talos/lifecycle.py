@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from kontinuum.talos.client import TalosClient, check_messages
+from kontinuum.talos.answers import check_messages
+from kontinuum.talos.client import TalosClient
 from kontinuum.talos.errors import PermissionDeniedError, TalosApiError
 from protos.gen.common import common_pb2
 from protos.gen.machine import image_grpc, image_pb2, lifecycle_grpc, lifecycle_pb2, machine_grpc, machine_pb2

@@ -67,7 +67,7 @@ def test_upgrade_installs_and_the_reboot_boots_the_new_version(cluster, lab):
     assert client.version().tag == NEW and lifecycle.boot_id(client) != before
     assert events(worker)[-3:] == ["upgrade", "reboot", "upgraded"]
     # The COSI runtime Version reports it too.
-    from kontinuum.talos.client import _yaml_spec
+    from kontinuum.talos.answers import yaml_spec
     from protos.gen.v1alpha1 import state_pb2, state_grpc
 
     async def get(channel, md, t):
@@ -75,7 +75,7 @@ def test_upgrade_installs_and_the_reboot_boots_the_new_version(cluster, lab):
             state_pb2.GetRequest(namespace="runtime", type="Versions.runtime.talos.dev", id="version"), timeout=t,
             metadata=md)
 
-    assert _yaml_spec(client._run("get", 5, get).resource)["version"] == NEW
+    assert yaml_spec(client._run("get", 5, get).resource)["version"] == NEW
 
 
 def test_failed_installer_is_a_failure_and_the_node_keeps_its_version(cluster, lab):

@@ -12,7 +12,7 @@ from grpclib.exceptions import GRPCError, StreamTerminatedError
 
 from kontinuum.errors import KontinuumError
 from kontinuum.talos import errors as e
-from kontinuum.talos.client import check_messages
+from kontinuum.talos.answers import check_messages
 from protos.gen.common import common_pb2
 from protos.gen.machine import machine_pb2
 
