@@ -25,28 +25,35 @@ The control plane stops when every node of the cluster was reset, or the node th
 
 from __future__ import annotations
 
-import base64
-import functools
 import hashlib
 import ipaddress
 import logging
 import os
 import shutil
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
-from urllib.parse import urlsplit
+from typing import Optional
 
-import yaml
 from kubernetes import client
 
-from kontinuum.talos.pki import CertKey
 from lab import kubelets, kwok, pod_network, service_proxy, static_pods
 from lab.acme import Acme
 from lab.certmanager import CertManager
+from lab.cluster_config import MemberInfo, read_cluster_config
+from lab.cluster_health import (
+    CHECK_CILIUM,
+    CHECK_CONTROL_PLANE,
+    CHECK_NODES_READY,
+    CHECK_NODES_REPORT,
+    CNI_NAMESPACE,
+    CNI_SELECTOR,
+    cilium_problem,
+    cni_ready_nodes,
+    nodes_ready_problem,
+    nodes_report_problem,
+)
 from lab.flux_operator import OperatorRunner
-from lab.controlplane import ClusterPKI, ControlPlane
+from lab.controlplane import ControlPlane
 from lab.process import Managed
 from lab.standins.loop import REQUEST_TIMEOUT, api_client, describe
 from lab.talos_node.cluster import ClusterRegistry, HealthQuery
@@ -58,164 +65,6 @@ log = logging.getLogger(__name__)
 POLL = 1.0  # seconds between a runner's reconciliations
 PROBE_TIMEOUT = 5.0  # seconds per API call of a health probe
 START_ATTEMPTS = 3
-CNI_NAMESPACE = "kube-system"
-CNI_SELECTOR = "app.kubernetes.io/part-of=cilium"
-
-CHECK_NODES_REPORT = "all k8s nodes to report"
-CHECK_CONTROL_PLANE = "all control plane components to be ready"
-CHECK_NODES_READY = "all k8s nodes to report ready"
-CHECK_CILIUM = "cilium to report ready"  # the lab's analogue of Talos's "kube-proxy/coredns to report ready"
-
-
-# --- what the lab reads from an applied machine config (pure) -----------------------------------
-
-
-def _b64(doc: dict, *path: str) -> bytes:
-    value: object = doc
-    for key in path:
-        value = value.get(key) if isinstance(value, dict) else None
-    if not value:
-        raise ValueError(f"the machine config has no cluster.{'.'.join(path)}")
-    return base64.b64decode(str(value))
-
-
-@functools.lru_cache(maxsize=128)  # read on every reconcile tick; a config is replaced, never changed
-def _v1alpha1(raw: bytes) -> dict:
-    for doc in yaml.safe_load_all(raw):
-        if isinstance(doc, dict) and doc.get("version") == "v1alpha1" and "kind" not in doc:
-            return doc
-    raise ValueError("the machine config has no v1alpha1 document")
-
-
-@dataclass(frozen=True)
-class ClusterConfig:
-    """A control plane's view of its cluster, from its applied machine config."""
-
-    name: str
-    endpoint: str
-    pki: ClusterPKI
-    pod_subnet: str
-    service_subnet: str
-    allow_scheduling_on_control_planes: bool
-    kube_proxy: bool = False  # Talos's kube-proxy enabled (cluster.proxy.disabled false)
-
-    @property
-    def endpoint_host(self) -> str:
-        return urlsplit(self.endpoint).hostname or ""
-
-    @property
-    def endpoint_port(self) -> int:
-        return urlsplit(self.endpoint).port or 6443
-
-
-def read_cluster_config(raw: bytes) -> ClusterConfig:
-    """The CAs, keys and networks of a control plane's config (base64 PEM, Talos key labels)."""
-    doc = _v1alpha1(raw)
-    cluster = doc.get("cluster") or {}
-    network = cluster.get("network") or {}
-    pki_ = ClusterPKI(
-        ca=CertKey(_b64(cluster, "ca", "crt"), _b64(cluster, "ca", "key")),
-        aggregator_ca=CertKey(_b64(cluster, "aggregatorCA", "crt"), _b64(cluster, "aggregatorCA", "key")),
-        etcd_ca=CertKey(_b64(cluster, "etcd", "ca", "crt"), _b64(cluster, "etcd", "ca", "key")),
-        service_account_key=_b64(cluster, "serviceAccount", "key"),
-    )
-    return ClusterConfig(
-        name=str(cluster.get("clusterName") or "talos-default"),
-        endpoint=str((cluster.get("controlPlane") or {}).get("endpoint") or ""),
-        pki=pki_,
-        pod_subnet=str((network.get("podSubnets") or ["10.244.0.0/16"])[0]),
-        service_subnet=str((network.get("serviceSubnets") or ["10.96.0.0/12"])[0]),
-        allow_scheduling_on_control_planes=bool(cluster.get("allowSchedulingOnControlPlanes")),
-        kube_proxy=not bool((cluster.get("proxy") or {}).get("disabled")),
-    )
-
-
-@dataclass(frozen=True)
-class MemberInfo:
-    """One emulated node as its kubelet would register it."""
-
-    hostname: str
-    address: str
-    control_plane: bool
-    node_labels: dict[str, str] = field(default_factory=dict)
-    kubelet_version: str = "v1.35.4"
-    talos_version: str = "v1.13.0"
-    static_pod_images: dict[str, str] = field(default_factory=dict)  # component → image (control planes)
-
-    @classmethod
-    def of(cls, node: EmulatedNode) -> "MemberInfo":
-        assert node.config is not None
-        doc = _v1alpha1(node.config.raw)
-        machine = doc.get("machine") or {}
-        image = str((machine.get("kubelet") or {}).get("image") or "")
-        tag = image.rsplit(":", 1)[1] if ":" in image.rsplit("/", 1)[-1] else "v1.35.4"
-        labels = {str(k): str(v) for k, v in (machine.get("nodeLabels") or {}).items()}
-        pods = static_pods.images(doc) if node.is_control_plane else {}
-        return cls(node.hostname, node.address, node.is_control_plane, labels, tag, node.talos_version, pods)
-
-
-# --- health, from what the apiserver says (pure) -------------------------------------------------
-
-
-def _go_quoted(items: Iterable[str]) -> str:
-    """Go's %q of a []string, as Talos prints node IP lists."""
-    return "[" + " ".join(f'"{i}"' for i in items) + "]"
-
-
-def _condition(obj, type_: str):
-    return next((c for c in (obj.status.conditions or []) if c.type == type_), None) if obj.status else None
-
-
-def internal_ip(node) -> str | None:
-    return next((a.address for a in (node.status.addresses or []) if a.type == "InternalIP"), None) if node.status else None
-
-
-def nodes_report_problem(expected: Iterable[str], nodes: list) -> str | None:
-    want = sorted(set(expected))
-    got = sorted({ip for n in nodes if (ip := internal_ip(n))})
-    if want == got:
-        return None
-    return f"expected node internal IPs {_go_quoted(want)} but got {_go_quoted(got)}"
-
-
-def nodes_ready_problem(nodes: list) -> str | None:
-    not_ready = [n.metadata.name for n in nodes if not ((c := _condition(n, "Ready")) and c.status == "True")]
-    return f"some nodes are not ready: [{' '.join(not_ready)}]" if not_ready else None
-
-
-def _why_not_ready(pod) -> str:
-    phase = (pod.status.phase if pod.status else None) or "Pending"
-    if not pod.spec.node_name:
-        scheduled = _condition(pod, "PodScheduled")
-        reason = (scheduled.message or scheduled.reason) if scheduled and scheduled.status == "False" else "not scheduled yet"
-        return f"{phase}: {reason}"
-    return f"{phase} on {pod.spec.node_name}"
-
-
-def cilium_problem(pods: list, daemonsets: list) -> str | None:
-    """None when Cilium is not installed (no agent DaemonSet) or all its pods are Ready."""
-    if not daemonsets:
-        return None
-    live = [p for p in pods if not p.metadata.deletion_timestamp and (p.status and p.status.phase) != "Failed"]
-    if not live:
-        return f"no pods found for namespace {CNI_NAMESPACE!r} and label selector {CNI_SELECTOR!r}"
-    not_ready = [p for p in live if not ((c := _condition(p, "Ready")) and c.status == "True")]
-    if not not_ready:
-        return None
-    details = "; ".join(f"{p.metadata.name} ({_why_not_ready(p)})" for p in sorted(not_ready, key=lambda p: p.metadata.name))
-    return f"some pods are not ready: {' '.join(details.splitlines())}"
-
-
-def cni_ready_nodes(pods: list) -> set[str]:
-    """Nodes whose Cilium agent (a DaemonSet pod of the CNI selector) is Ready."""
-    ready = set()
-    for p in pods:
-        owners = p.metadata.owner_references or []
-        if p.metadata.deletion_timestamp or not p.spec.node_name or not any(o.kind == "DaemonSet" for o in owners):
-            continue
-        if (c := _condition(p, "Ready")) and c.status == "True":
-            ready.add(p.spec.node_name)
-    return ready
 
 
 # --- one cluster ---------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from lab import kwok
 from lab.standins.loop import REQUEST_TIMEOUT
 
 if TYPE_CHECKING:
-    from lab.clusters import MemberInfo
+    from lab.cluster_config import MemberInfo
 
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 HOSTNAME_LABEL = "kubernetes.io/hostname"

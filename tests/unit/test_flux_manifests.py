@@ -141,7 +141,7 @@ def test_lab_reads_whether_kube_proxy_serves_the_cluster_ip():
 
     from kontinuum.talos import machineconfig as mc
     from kontinuum.talos import secrets
-    from lab.clusters import read_cluster_config
+    from lab.cluster_config import read_cluster_config
 
     spec = mc.ClusterSpec(name="c", endpoint="https://127.0.43.11:6443", kubernetes_version="1.35.4")
     raw = mc.render(spec, secrets.generate())

@@ -9,7 +9,7 @@ from kubernetes import client
 
 from kontinuum.talos import machineconfig as mc
 from kontinuum.talos import pki, secrets
-from lab import clusters, kubelets, kwok
+from lab import cluster_config, cluster_health, kubelets, kwok
 
 
 @pytest.fixture(scope="module")
@@ -22,20 +22,20 @@ def spec(**kw) -> mc.ClusterSpec:
 
 
 def test_reads_the_control_plane_pki_and_networks_from_the_machine_config(bundle):
-    cfg = clusters.read_cluster_config(mc.render(spec(), bundle))
+    cfg = cluster_config.read_cluster_config(mc.render(spec(), bundle))
     assert (cfg.name, cfg.endpoint_host, cfg.endpoint_port) == ("zone-a", "127.0.30.1", 6443)
     assert cfg.pki.ca.crt == bundle.k8s.crt and cfg.pki.etcd_ca.crt == bundle.etcd.crt
     assert cfg.pki.aggregator_ca.crt == bundle.k8s_aggregator.crt
     pki.load_private_key(cfg.pki.service_account_key)  # Talos key labels load
     assert (cfg.pod_subnet, cfg.service_subnet) == ("10.244.0.0/16", "10.96.0.0/12")
     assert cfg.allow_scheduling_on_control_planes  # no workers: Talos lets pods onto control planes
-    with_workers = clusters.read_cluster_config(mc.render(spec(workers=(mc.PoolSpec("w", 1),)), bundle))
+    with_workers = cluster_config.read_cluster_config(mc.render(spec(workers=(mc.PoolSpec("w", 1),)), bundle))
     assert not with_workers.allow_scheduling_on_control_planes
 
 
 def test_a_worker_config_has_no_control_plane_keys(bundle):
     with pytest.raises(ValueError, match="cluster.ca.key"):
-        clusters.read_cluster_config(mc.render(spec(workers=(mc.PoolSpec("w", 1),)), bundle, pool="w"))
+        cluster_config.read_cluster_config(mc.render(spec(workers=(mc.PoolSpec("w", 1),)), bundle, pool="w"))
 
 
 def test_pod_cidrs_are_distinct_slices_of_the_pod_subnet():
@@ -45,7 +45,7 @@ def test_pod_cidrs_are_distinct_slices_of_the_pod_subnet():
 
 
 def test_node_manifest_is_what_a_talos_kubelet_registers():
-    cp = clusters.MemberInfo("cp-1", "127.0.30.1", True, {"zone": "a"}, "v1.34.1", "v1.13.0")
+    cp = cluster_config.MemberInfo("cp-1", "127.0.30.1", True, {"zone": "a"}, "v1.34.1", "v1.13.0")
     node = kubelets.node_manifest(cp, cluster="zone-a", cidr="10.244.0.0/24", allow_scheduling_on_control_planes=False)
     md = node["metadata"]
     assert md["labels"][kubelets.HOSTNAME_LABEL] == "cp-1" and md["labels"]["zone"] == "a"
@@ -56,7 +56,7 @@ def test_node_manifest_is_what_a_talos_kubelet_registers():
     assert node["status"]["nodeInfo"]["kubeletVersion"] == "v1.34.1"
     allowed = kubelets.node_manifest(cp, cluster="zone-a", cidr="10.244.0.0/24", allow_scheduling_on_control_planes=True)
     assert "taints" not in allowed["spec"]
-    worker = kubelets.node_manifest(clusters.MemberInfo("w-1", "127.0.30.2", False), cluster="zone-a",
+    worker = kubelets.node_manifest(cluster_config.MemberInfo("w-1", "127.0.30.2", False), cluster="zone-a",
                                     cidr="10.244.1.0/24", allow_scheduling_on_control_planes=False)
     assert kubelets.CONTROL_PLANE_LABEL not in worker["metadata"]["labels"] and "taints" not in worker["spec"]
 
@@ -86,11 +86,11 @@ def _pod(name: str, node: str | None, ready: bool, owner: str = "DaemonSet", sch
 
 def test_health_checks_word_their_reasons_like_talos():
     nodes = [_node("cp-1", "127.0.30.1", True), _node("cp-2", "127.0.30.2", False)]
-    assert clusters.nodes_report_problem(["127.0.30.2", "127.0.30.1"], nodes) is None
-    assert clusters.nodes_report_problem(["127.0.30.1", "127.0.30.3"], nodes) == (
+    assert cluster_health.nodes_report_problem(["127.0.30.2", "127.0.30.1"], nodes) is None
+    assert cluster_health.nodes_report_problem(["127.0.30.1", "127.0.30.3"], nodes) == (
         'expected node internal IPs ["127.0.30.1" "127.0.30.3"] but got ["127.0.30.1" "127.0.30.2"]')
-    assert clusters.nodes_ready_problem(nodes) == "some nodes are not ready: [cp-2]"
-    assert clusters.nodes_ready_problem(nodes[:1]) is None
+    assert cluster_health.nodes_ready_problem(nodes) == "some nodes are not ready: [cp-2]"
+    assert cluster_health.nodes_ready_problem(nodes[:1]) is None
 
 
 def test_cilium_check_and_cni_readiness():
@@ -99,13 +99,13 @@ def test_cilium_check_and_cni_readiness():
     op_ok = _pod("cilium-operator-1", "cp-1", True, owner="ReplicaSet")
     op_pending = _pod("cilium-operator-2", None, False, owner="ReplicaSet",
                       scheduled_message="0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports.")
-    assert clusters.cilium_problem([agent, op_ok, op_pending], []) is None  # not installed: nothing to wait for
-    assert clusters.cilium_problem([agent, op_ok], ds) is None
-    problem = clusters.cilium_problem([agent, op_ok, op_pending], ds)
+    assert cluster_health.cilium_problem([agent, op_ok, op_pending], []) is None  # not installed: nothing to wait for
+    assert cluster_health.cilium_problem([agent, op_ok], ds) is None
+    problem = cluster_health.cilium_problem([agent, op_ok, op_pending], ds)
     assert problem.startswith("some pods are not ready: cilium-operator-2 (Pending: 0/1 nodes are available")
     assert "\n" not in problem
-    assert clusters.cni_ready_nodes([agent, op_ok, _pod("cilium-def", "cp-2", False)]) == {"cp-1"}
-    assert clusters.cni_ready_nodes([op_ok]) == set()  # the operator is no CNI agent
+    assert cluster_health.cni_ready_nodes([agent, op_ok, _pod("cilium-def", "cp-2", False)]) == {"cp-1"}
+    assert cluster_health.cni_ready_nodes([op_ok]) == set()  # the operator is no CNI agent
 
 
 def test_kwok_stages_are_ours_and_well_formed():
