@@ -51,7 +51,7 @@ DEFAULT_TIMEOUTS = {
     "flux": 600,
     "teardown": int(WAIT_DEFAULTS.reset),
     "upgrade": 900,
-    "kubernetesUpgrade": 300,  # each component of each node during a Kubernetes upgrade (talosctl: 5 min)
+    "kubernetesUpgrade": 300,  # each component of each node, and the bootstrap manifests, in a Kubernetes upgrade (talosctl: 5 min each)
 }
 
 # What a reset wipes on teardown (zones[].teardown.wipe). Talos's documented way back to

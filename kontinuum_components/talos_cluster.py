@@ -121,8 +121,9 @@ class TalosCluster(pulumi.ComponentResource):
             return made
 
         # The Kubernetes version: its diff refuses, at preview, a skip or a downgrade; on a change it
-        # rolls the new version out node by node (upgrade-k8s's order) before any ConfigApply sends
-        # the full new configs, so no node gets all its new images at once.
+        # pre-pulls, rolls the new version out node by node and syncs the bootstrap manifests
+        # (upgrade-k8s's order) before any ConfigApply sends the full new configs, so no node gets
+        # all its new images at once.
         pools = [(zone.control_plane, "controlplane"), *((w, "worker") for w in zone.workers)]
         k8s_version = KubernetesVersion(
             f"{name}-kubernetes-version", zone=name, version=zone.kubernetes_version, config_path=zone.path,

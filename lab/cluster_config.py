@@ -34,6 +34,11 @@ def _v1alpha1(raw: bytes) -> dict:
     raise ValueError("the machine config has no v1alpha1 document")
 
 
+def v1alpha1(raw: bytes) -> dict:
+    """The v1alpha1 document of an applied config (cached: read on every tick; do not change it)."""
+    return _v1alpha1(raw)
+
+
 @dataclass(frozen=True)
 class ClusterConfig:
     """A control plane's view of its cluster, from its applied machine config."""

@@ -8,7 +8,9 @@ When an emulated cluster is bootstrapped, the ClusterManager starts, for that cl
 - kwok as every member's kubelet (lab/kwok): a Node per member, registered by the lab the way a
   kubelet registers itself, NotReady until the Cilium agent pod on it is Ready, reporting the
   kubelet version of its machine config, plus the control planes' static-pod mirror Pods with the
-  images of their configs (lab/static_pods.py). The control plane itself is the one pinned
+  images of their configs (lab/static_pods.py), and the objects of the Talos bootstrap manifests
+  a control plane renders from its config that do not exist yet (lab/bootstrap_manifests.py:
+  created once, as Talos does; only an upgrade's manifest sync updates them). The control plane itself is the one pinned
   Kubernetes version (tools/versions.env), whatever version the configs name;
 - real cert-manager (lab/certmanager.py: its controller and webhook as processes) when the lab
   runs an ACME server (lab/acme.py), with the zone host records published in the lab's DNS
@@ -36,10 +38,10 @@ from typing import Optional
 
 from kubernetes import client
 
-from lab import kubelets, kwok, pod_network, service_proxy, static_pods
+from lab import bootstrap_manifests, kubelets, kwok, pod_network, service_proxy, static_pods
 from lab.acme import Acme
 from lab.certmanager import CertManager
-from lab.cluster_config import MemberInfo, read_cluster_config
+from lab.cluster_config import MemberInfo, read_cluster_config, v1alpha1
 from lab.cluster_health import (
     CHECK_CILIUM,
     CHECK_CONTROL_PLANE,
@@ -56,6 +58,7 @@ from lab.flux_operator import OperatorRunner
 from lab.controlplane import ControlPlane
 from lab.process import Managed
 from lab.standins.loop import REQUEST_TIMEOUT, api_client, describe
+from lab.talos_node import manifests as talos_manifests
 from lab.talos_node.cluster import ClusterRegistry, HealthQuery
 from lab.talos_node.node import EmulatedNode
 from lab.zone_dns import ZoneDns
@@ -112,6 +115,7 @@ class ClusterRunner:
         self.kubeconfig_path = self.workdir / "admin.kubeconfig"
         self._api: client.ApiClient | None = None
         self._registered: dict[str, str] = {}  # node address -> Node name
+        self._manifests_known: set = set()  # bootstrap-manifest objects seen (created once, never updated)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -335,6 +339,11 @@ class ClusterRunner:
         pod_network.reconcile(core, nodes, kube_proxy=self.config.kube_proxy)  # seed 002: host-network clients of the Service ClusterIP
         if self.flux is not None:
             self.flux.reconcile(core)
+        # Talos's ManifestApplyController on a control plane: the bootstrap manifests' missing objects.
+        cps = sorted((n for n, m in current.values() if m.control_plane), key=lambda n: n.address)
+        if cps:
+            manifests = talos_manifests.render(v1alpha1(cps[0].config.raw))
+            bootstrap_manifests.create_missing(self._api, cps[0], manifests, self._manifests_known)
 
     def _reconcile_cni(self, core: client.CoreV1Api, nodes: dict) -> None:
         pods = core.list_namespaced_pod(CNI_NAMESPACE, label_selector=CNI_SELECTOR, _request_timeout=REQUEST_TIMEOUT).items

@@ -4,11 +4,12 @@ recorded (DESIGN §10).
 diff is pure: it refuses, at preview, a change upgrade-k8s would refuse (one minor at a time,
 never back) and logs the plan, step by step (which node, which components, from → to), before
 any node is touched. create/update run the ordered rollout of kontinuum/lifecycle/
-kubernetes_upgrade.py (control planes' static pods one node at a time, then kubelets node by
-node), which reads the truth first, so a killed run resumes without redoing a finished node.
-The zone's ConfigApply resources depend on this one: they apply the full configs (the bootstrap
-manifests' part, cluster.proxy.image) only after it. The state records, per node, the version
-of each component (output `nodeVersions`). On a new zone no node runs Kubernetes yet: nothing to roll.
+kubernetes_upgrade.py (pre-pull of the target images, control planes' static pods one node at
+a time, kubelets node by node, then the bootstrap-manifest sync from a control plane's target
+config), which reads the truth first, so a killed run resumes without redoing a finished node.
+The zone's ConfigApply resources depend on this one and apply the full configs after it. The
+state records, per node, the version of each component (output `nodeVersions`). On a new zone
+no node runs Kubernetes yet: nothing to roll; a zone adopted without a record is not synced.
 delete: nothing.
 """
 
@@ -105,7 +106,8 @@ def _converge(props: dict, olds: dict | None) -> dict:
     api = api_client(kubeconfig)
     try:
         ctx = k8s_upgrade.Context(client_for=client_for, core=client.CoreV1Api(api), log=info,
-                                  timeout=float(props["timeout"]), settle_unready=olds is not None)
+                                  timeout=float(props["timeout"]), settle_unready=olds is not None,
+                                  sync_manifests=olds is not None)
         recorded.update(k8s_upgrade.rollout(ctx, steps, target))
     finally:
         api.close()

@@ -1,19 +1,32 @@
 """A zone's Kubernetes upgrade, talosctl upgrade-k8s's flow done by us (reference/day2-facts.md
 §2, DESIGN §10). No Pulumi: providers/kubernetes_version.py calls it.
 
-Order (plan()): each control plane one at a time, and on it kube-apiserver → kube-controller-
-manager → kube-scheduler, each through its machine config (ApplyConfiguration NO_REBOOT of the
-whole config, as talosctl's patch does), waiting until that node's static pod runs the target
-image and is Ready; then every kubelet node by node, control planes first (machine.kubelet.image),
-waiting until the Node reports the target kubelet version and is Ready. The bootstrap manifests
-come last: the zone's ConfigApply resources depend on this rollout and then apply the full
-configs (cluster.proxy.image and the rest).
+Order (rollout()):
+1. pre-pull: the target images on the nodes that will change, before any node is touched, as
+   talosctl does (MachineService.ImagePull): kube-apiserver, kube-controller-manager and
+   kube-scheduler on every control plane into the CRI namespace, then the kubelet on every node
+   into the system namespace; a node that does not implement it is skipped, any other failure
+   stops the rollout there, naming node and image, with nothing changed. We pull exactly the
+   images the target config names (talosctl builds the kubelet's from --kubelet-image and keeps
+   the node's -fat/-slim suffix; the zone's config already says which one it runs);
+2. each control plane one at a time, and on it kube-apiserver → kube-controller-manager →
+   kube-scheduler, each through its machine config (ApplyConfiguration NO_REBOOT of the whole
+   config, as talosctl's patch does), waiting until that node's static pod runs the target image
+   and is Ready;
+3. every kubelet node by node, control planes first (machine.kubelet.image), waiting until the
+   Node reports the target kubelet version and is Ready;
+4. the bootstrap manifests (bootstrap_manifests.py): read from the first control plane, whose
+   config (cluster.proxy.image included) is the target by then, server-side applied, and their
+   workloads waited for. talosctl's phase 3 (cluster.proxy.image on the control planes) needs no
+   step of its own: every config a step sends carries the target proxy image.
+The zone's ConfigApply resources depend on this rollout and apply the full configs after it.
 
 Each step sends the node the zone's TARGET config with the images of the steps still ahead held
 at what the node runs now, so one component moves at a time. Resumable by reading the truth
 first: a component whose pod already runs the target image and is Ready, or a kubelet whose
 Node already reports the target version and is Ready, is skipped without a call to its node, so
-a re-run after a kill never redoes a finished node. Every wait is bounded and names the node
+a re-run after a kill never redoes a finished node (the pre-pull and the manifest sync, which
+change nothing a node runs, are simply done again). Every wait is bounded and names the node
 and the component.
 """
 
@@ -28,6 +41,8 @@ from kubernetes import client
 
 from kontinuum.errors import KontinuumError
 from kontinuum.kube.clients import describe_error
+from kontinuum.lifecycle import bootstrap_manifests
+from kontinuum.talos import lifecycle
 from kontinuum.talos.client import TalosClient
 from kontinuum.talos.errors import TalosError
 from kontinuum.talos.waits import WAIT_DEFAULTS, NotYet, wait_until
@@ -111,6 +126,14 @@ def _dig(doc: dict, path: tuple[str, ...]) -> object:
     for key in path:
         doc = doc.get(key) if isinstance(doc, dict) else None
     return doc
+
+
+def proxy_image(config: str) -> str | None:
+    """cluster.proxy.image of the config, None when kube-proxy is disabled or no image is named."""
+    proxy = _dig(_v1alpha1(list(yaml.safe_load_all(config))), ("cluster", "proxy"))
+    if not isinstance(proxy, dict) or proxy.get("disabled") or not proxy.get("image"):
+        return None
+    return str(proxy["image"])
 
 
 def target_images(config: str) -> dict[str, str]:
@@ -203,6 +226,8 @@ class Context:
     # killed run just changed, so the rollout waits for it before going on. When the record is
     # new (a zone this stack made before it kept one) nothing was changed: no wait, no apply.
     settle_unready: bool = True
+    # The bootstrap-manifest sync after the kubelets (off when nothing was upgraded: an adopted zone).
+    sync_manifests: bool = True
 
 
 def _read(ctx: Context, what: str, read: Callable[[], Seen | None]) -> Seen | None:
@@ -253,8 +278,7 @@ def run_step(ctx: Context, step: Step, target: str) -> dict[str, str]:
     """Bring one node's components of this step to `target`; returns component → version."""
     node = step.node
     images = target_images(node.config)
-    reads = {c: (lambda c=c: static_pod(ctx.core, c, node.address)) for c, _ in COMPONENTS}
-    reads[KUBELET] = lambda: node_kubelet(ctx.core, node.address)
+    reads = _reads(ctx, node)
     result: dict[str, str] = {}
     order = [c for c, _ in COMPONENTS] if node.control_plane else []
     for component in step.components:
@@ -283,10 +307,62 @@ def run_step(ctx: Context, step: Step, target: str) -> dict[str, str]:
     return result
 
 
+def _reads(ctx: Context, node: Node) -> dict[str, Callable[[], Seen | None]]:
+    reads = {c: (lambda c=c: static_pod(ctx.core, c, node.address)) for c, _ in COMPONENTS}
+    reads[KUBELET] = lambda: node_kubelet(ctx.core, node.address)
+    return reads
+
+
+def prepull(ctx: Context, steps: list[Step], target: str) -> list[tuple[str, str]]:
+    """Phase 1: pull the target images a step will switch to, talosctl's order (each static-pod
+    image on every control plane, CRI namespace; then each kubelet, system namespace). Returns
+    (node address, image) of every pull the node made."""
+    wanted: list[tuple[Node, str, str]] = []  # node, component, image
+    for component in [c for c, _ in COMPONENTS] + [KUBELET]:
+        for step in steps:
+            node = step.node
+            if component not in step.components:
+                continue
+            image = target_images(node.config).get(component)
+            seen = _read(ctx, f"{component} of {node.name} ({node.address})", _reads(ctx, node)[component])
+            if image and not _on_target(seen, target):
+                wanted.append((node, component, image))
+    pulled = []
+    for node, component, image in wanted:
+        namespace = "system" if component == KUBELET else "cri"
+        try:
+            done = lifecycle.pre_pull(ctx.client_for(node.address), image, namespace=namespace, timeout=ctx.timeout)
+        except TalosError as e:
+            raise KubernetesUpgradeError(
+                f"{node.name} ({node.address}) could not pull {image} ({e.problem}). This run changed no node: check that "
+                "the image exists and the node reaches its registry, then run `pulumi up` again.") from e
+        if done:
+            pulled.append((node.address, image))
+            ctx.log(f"{node.address}: pre-pulled {image}")
+        else:
+            ctx.log(f"{node.address}: image pull not implemented, skipping {image}")
+    return pulled
+
+
+def sync_manifests(ctx: Context, steps: list[Step]) -> list[str]:
+    """Phase 5 from the first control plane of the plan (talosctl's controlPlaneNodes[0])."""
+    first = next((s.node for s in steps if s.node.control_plane), None)
+    if first is None:
+        ctx.log("bootstrap manifests: no control plane in the plan, nothing to sync")
+        return []
+    return bootstrap_manifests.sync(bootstrap_manifests.Sync(
+        talos=ctx.client_for(first.address), api=ctx.core.api_client, log=ctx.log, timeout=ctx.timeout,
+        proxy_image=proxy_image(first.config)))
+
+
 def rollout(ctx: Context, steps: list[Step], target: str) -> dict[str, dict[str, str]]:
-    """Run the steps in order; returns node name → component → version."""
+    """Pre-pull, run the steps in order, sync the bootstrap manifests; returns node name →
+    component → version."""
+    prepull(ctx, steps, target)
     versions: dict[str, dict[str, str]] = {}
     for i, step in enumerate(steps, 1):
         ctx.log(f"Kubernetes upgrade step {i}/{len(steps)}: {step.node.name} ({step.node.address}) {step.phase}")
         versions.setdefault(step.node.name, {}).update(run_step(ctx, step, target))
+    if ctx.sync_manifests:
+        sync_manifests(ctx, steps)
     return versions

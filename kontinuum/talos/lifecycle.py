@@ -1,7 +1,8 @@
 """The Talos calls of an OS upgrade, the way talosctl 1.13 makes them (day2-facts §1):
 ImageService.Pull of the installer, LifecycleService.Upgrade (server-streaming: progress lines,
 then an exit code, which must be 0), MachineService.Reboot, and the boot id read through
-MachineService.Read so a waiter can tell the reboot happened.
+MachineService.Read so a waiter can tell the reboot happened. Also the pre-pull of a Kubernetes
+upgrade (§2 phase 1), which talosctl upgrade-k8s makes with the legacy MachineService.ImagePull.
 
 Each call is bounded like every TalosClient operation and raises the same typed errors.
 """
@@ -10,9 +11,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from grpclib.const import Status
+
 from kontinuum.talos.answers import check_messages
 from kontinuum.talos.client import TalosClient
-from kontinuum.talos.errors import PermissionDeniedError, TalosApiError
+from kontinuum.talos.errors import PermissionDeniedError, TalosApiError, WrongModeError
 from protos.gen.common import common_pb2
 from protos.gen.machine import image_grpc, image_pb2, lifecycle_grpc, lifecycle_pb2, machine_grpc, machine_pb2
 
@@ -43,6 +46,25 @@ def pull_installer(client: TalosClient, image: str, *, namespace: str = "system"
         return names[-1] if names else image
 
     return client._run("image-pull", timeout or PULL_DEADLINE, body)
+
+
+def pre_pull(client: TalosClient, image: str, *, namespace: str, timeout: float | None = None) -> bool:
+    """Pull `image` into the node's containerd namespace as talosctl upgrade-k8s does (unary
+    MachineService.ImagePull). False when the node does not implement it (talosctl skips such a
+    node too); any other refusal raises the call's typed error."""
+    request = machine_pb2.ImagePullRequest(namespace=NAMESPACES[namespace], reference=image)
+
+    async def body(channel: Any, md: dict, t: float) -> None:
+        reply = await machine_grpc.MachineServiceStub(channel).ImagePull(request, timeout=t, metadata=md)
+        check_messages(reply.messages, client.node, "image-pull")
+
+    try:
+        client._run("image-pull", timeout or PULL_DEADLINE, body)
+    except WrongModeError as e:
+        if e.status is not Status.UNIMPLEMENTED:
+            raise
+        return False
+    return True
 
 
 def install_upgrade(client: TalosClient, image: str, *, namespace: str = "system",

@@ -25,7 +25,8 @@ from kontinuum.talos import pki
 from lab.controlplane import kubeconfig_text
 from lab.talos_node import etcd_api, resources
 from lab.talos_node.cluster import AlreadyBootstrapped, HealthQuery
-from lab.talos_node.machineconfig import AppliedConfig, InvalidConfig, parse
+from lab.talos_node.machineconfig import AppliedConfig, InvalidConfig, parse, v1alpha1_document
+from lab.talos_node.manifests import render as render_manifests
 from protos.gen.cluster import cluster_pb2
 from protos.gen.common import common_pb2
 from protos.gen.machine import machine_pb2
@@ -355,17 +356,19 @@ class NodeApi:
     def _resources(self, namespace: str, rtype: str) -> dict[str, tuple[dict, bytes]]:
         node = self.node
         definition = resources.DEFINITIONS.get(rtype)
-        if definition is None:
+        if definition is None or (rtype == resources.bootstrap.TYPE and node.mode == "maintenance"):
             if node.mode == "maintenance":
                 raise GRPCError(Status.PERMISSION_DENIED, f"resource type {rtype!r} is not supported")
             raise GRPCError(Status.NOT_FOUND, f"resource type {rtype!r} is not registered")
         if namespace not in resources.NAMESPACES:
             raise GRPCError(Status.PERMISSION_DENIED, f"namespace {namespace!r} is not supported")
+        configured_cp = node.mode != "maintenance" and node.config is not None and node.is_control_plane
         facts = resources.NodeFacts(
             address=node.address,
             talos_version=node.talos_version,
             stage="maintenance" if node.mode == "maintenance" else "running",
             ready=True,
+            manifests=render_manifests(v1alpha1_document(node.config.raw)) if configured_cp and rtype == resources.bootstrap.TYPE else {},
         )
         return resources.specs(facts).get((namespace, rtype), {})
 

@@ -4,7 +4,8 @@ On http://<node address>:<control port>/ (loopback only, like the node):
     GET  /state          mode, version, cluster, fingerprint, fault knobs, call counters, boot id,
                          event log (JSON)
     POST /faults         JSON with any of latency, hang, refuse, reboot_delay, netboot,
-                         install_delay, upgrade_fault ("", fail, rollback, hang) and
+                         install_delay, upgrade_fault ("", fail, rollback, hang),
+                         pull_fault (a pull whose image reference contains it fails) and
                          fail_next: {"count": N, "status": "UNAVAILABLE", "message": "..."}
     POST /calls/reset    zero the call counters
     POST /reboot         power-cycle;  POST /power-on  boot a node that a reset powered off
@@ -25,7 +26,7 @@ from lab.talos_node.upgrade import UPGRADE_FAULTS
 
 CONTROL_PORT = 50080
 _KNOBS = {"latency": float, "hang": bool, "refuse": bool, "reboot_delay": float, "netboot": bool,
-          "install_delay": float, "upgrade_fault": str}
+          "install_delay": float, "upgrade_fault": str, "pull_fault": str}
 
 
 def state(node: EmulatedNode) -> dict:

@@ -76,6 +76,11 @@ def _pem(value: object, where: str, errors: list[str]) -> bytes:
         return b""
 
 
+def v1alpha1_document(data: bytes) -> dict:
+    """The v1alpha1 document of an applied (so already valid) config."""
+    return _v1alpha1(data)
+
+
 def _v1alpha1(data: bytes) -> dict:
     try:
         docs = [d for d in yaml.safe_load_all(data) if d is not None]

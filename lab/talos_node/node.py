@@ -67,6 +67,9 @@ class Faults:
     # OS upgrades (upgrade.py): seconds the installer runs, and "", "fail", "rollback" or "hang".
     install_delay: float = 0.2
     upgrade_fault: str = ""
+    # Image pulls (MachineService.ImagePull, ImageService.Pull): a pull whose reference contains
+    # this text fails as a registry without that image makes it fail ("" pulls everything).
+    pull_fault: str = ""
 
 
 class _Server(Server):
@@ -180,7 +183,7 @@ class EmulatedNode:
         self.set_faults(fail_next=count, fail_status=status, fail_message=message)
 
     def clear_faults(self) -> None:
-        self.set_faults(latency=0.0, hang=False, refuse=False, fail_next=0, upgrade_fault="")
+        self.set_faults(latency=0.0, hang=False, refuse=False, fail_next=0, upgrade_fault="", pull_fault="")
 
     @property
     def calls(self) -> dict[str, int]:

@@ -1,19 +1,23 @@
 """The COSI resources an emulated node serves over cosi.resource.State.
 
 Enough for discovery the way talosctl does it: resource definitions and namespaces (`meta`),
-the Talos version and machine status (`runtime`), links and addresses (`network`). Specs are
-served as YAML (`yaml_spec`), as Talos does; the meta specs also carry their protobuf form.
+the Talos version and machine status (`runtime`), links and addresses (`network`), and on a
+configured control plane the bootstrap manifests of its current config (`controlplane`,
+manifests.py; maintenance mode refuses them). Specs are served as YAML (`yaml_spec`), as Talos
+does; the meta specs and the manifests also carry their protobuf form.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import yaml
+from google.protobuf import struct_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from lab.talos_node import manifests as bootstrap
 from protos.gen.v1alpha1 import meta_pb2, resource_pb2
 
 
@@ -78,12 +82,14 @@ DEFINITIONS = {
         Definition(MACHINE_STATUS, "MachineStatus", "runtime", ("machinestatus", "machinestatuses")),
         Definition(LINK, "LinkStatus", "network", ("link", "links")),
         Definition(ADDRESS, "AddressStatus", "network", ("address", "addresses")),
+        Definition(bootstrap.TYPE, "Manifest", bootstrap.NAMESPACE, ("manifest", "manifests")),
     )
 }
 NAMESPACES = {
     "meta": "Metadata namespace which contains resource definitions and namespaces.",
     "runtime": "Talos runtime resources.",
     "network": "Networking resources.",
+    bootstrap.NAMESPACE: "Control plane resources.",
 }
 
 
@@ -95,18 +101,31 @@ class NodeFacts:
     talos_version: str
     stage: str  # maintenance, booting, running
     ready: bool
+    manifests: dict = field(default_factory=dict)  # bootstrap manifest id → objects (control planes)
 
 
-def _proto_string(number: int, value: str) -> bytes:
+def _proto_string(number: int, value: str | bytes) -> bytes:
     """One length-delimited protobuf field: enough to encode Talos's VersionSpec
     (version = 1) without carrying its .proto."""
-    data, length, prefix = value.encode(), len(value.encode()), bytearray()
+    data = value.encode() if isinstance(value, str) else value
+    length, prefix = len(data), bytearray()
     while True:
         byte, length = length & 0x7F, length >> 7
         prefix.append(byte | (0x80 if length else 0))
         if not length:
             break
     return bytes([number << 3 | 2]) + bytes(prefix) + data
+
+
+def _manifest_proto(items: list[dict]) -> bytes:
+    """Talos's ManifestSpec (items = 1, repeated SingleManifest{object = 1, google.protobuf.Struct}),
+    as protoenc encodes its map[string]any: what Talos's Go client decodes."""
+    out = b""
+    for obj in items:
+        struct = struct_pb2.Struct()
+        struct.update(obj)
+        out += _proto_string(1, _proto_string(1, struct.SerializeToString()))
+    return out
 
 
 def _mac(address: str) -> str:
@@ -192,6 +211,8 @@ def specs(facts: NodeFacts) -> dict[tuple[str, str], dict[str, tuple[dict, bytes
         },
         ("network", LINK): {name: (spec, b"") for name, spec in _links(facts).items()},
         ("network", ADDRESS): {name: (spec, b"") for name, spec in _addresses(facts).items()},
+        # Talos serves a Manifest's spec as the YAML list of its objects (ManifestSpec.MarshalYAML).
+        (bootstrap.NAMESPACE, bootstrap.TYPE): {rid: (items, _manifest_proto(items)) for rid, items in facts.manifests.items()},
     }
     return out
 
@@ -201,10 +222,11 @@ _OWNERS = {
     MACHINE_STATUS: "runtime.MachineStatusController",
     LINK: "network.LinkStatusController",
     ADDRESS: "network.AddressStatusController",
+    bootstrap.TYPE: "k8s.ManifestController",
 }
 
 
-def resource(namespace: str, rtype: str, rid: str, spec: dict, proto: bytes, booted: Timestamp) -> resource_pb2.Resource:
+def resource(namespace: str, rtype: str, rid: str, spec: dict | list, proto: bytes, booted: Timestamp) -> resource_pb2.Resource:
     return resource_pb2.Resource(
         metadata=resource_pb2.Metadata(
             namespace=namespace,

@@ -72,6 +72,7 @@ METHODS = [
     Method("machine.MachineService", "EtcdLeaveCluster", "etcd_leave_cluster", _M.EtcdLeaveClusterRequest, _M.EtcdLeaveClusterResponse, ADMIN, NOT_IMPLEMENTED),
     Method("machine.MachineService", "EtcdSnapshot", "etcd_snapshot", _M.EtcdSnapshotRequest, common_pb2.Data, ADMIN | {"os:operator", "os:etcd:backup"}, NOT_IMPLEMENTED, streaming=True),
     Method("machine.MachineService", "EtcdRecover", "etcd_recover", common_pb2.Data, _M.EtcdRecoverResponse, ADMIN, NOT_IMPLEMENTED, client_streaming=True),
+    Method("machine.MachineService", "ImagePull", "upgrades.legacy_image_pull", _M.ImagePullRequest, _M.ImagePullResponse, ADMIN | {"os:operator"}, NOT_IMPLEMENTED),
     Method("machine.MachineService", "Kubeconfig", "kubeconfig", empty_pb2.Empty, common_pb2.Data, ADMIN, NOT_IMPLEMENTED, streaming=True),
     Method("machine.MachineService", "Reset", "reset", _M.ResetRequest, _M.ResetResponse, ADMIN, ADMIN_ONLY),
     Method("machine.MachineService", "ServiceList", "service_list", empty_pb2.Empty, _M.ServiceListResponse, READ, NOT_IMPLEMENTED),

@@ -1,6 +1,9 @@
 """The emulated node's OS upgrade surface: ImageService.Pull, LifecycleService.Upgrade,
 MachineService.Reboot and MachineService.Read (for the boot id), as talosctl 1.13 uses them
-(reference/day2-facts.md §1).
+(reference/day2-facts.md §1), and the legacy MachineService.ImagePull that talosctl upgrade-k8s
+pre-pulls Kubernetes images with (§2). Every pull is counted (node.calls) and logged ("pulled",
+with namespace and image); the `pull_fault` knob makes matching pulls fail as a registry
+without the image does (NotFound).
 
 Upgrade installs the installer image's Talos version to the (emulated) inactive partition and
 streams progress, ending with an exit code; it neither reboots nor checks etcd, as in Talos.
@@ -54,12 +57,23 @@ class UpgradeApi:
         self.node = node
         self.pulled: set[tuple[int, str]] = set()  # (containerd namespace, image) this boot
 
-    async def image_pull(self, call: Call, request) -> AsyncIterator[image_pb2.ImageServicePullResponse]:
-        if not request.image_ref:
+    def _pull(self, namespace: int, image: str) -> None:
+        if not image:
             raise GRPCError(Status.INVALID_ARGUMENT, "image reference is required")
-        self.pulled.add((request.containerd.namespace, request.image_ref))
-        self.node.record("pulled", image=request.image_ref)
+        fault = self.node.faults.pull_fault
+        if fault and fault in image:
+            self.node.record("pull-failed", image=image)
+            raise GRPCError(Status.NOT_FOUND, f"failed to pull image {image!r}: {image}: not found (injected failure)")
+        self.pulled.add((namespace, image))
+        self.node.record("pulled", image=image, namespace=common_pb2.ContainerdNamespace.Name(namespace))
+
+    async def image_pull(self, call: Call, request) -> AsyncIterator[image_pb2.ImageServicePullResponse]:
+        self._pull(request.containerd.namespace, request.image_ref)
         yield image_pb2.ImageServicePullResponse(name=request.image_ref)
+
+    async def legacy_image_pull(self, call: Call, request) -> machine_pb2.ImagePullResponse:
+        self._pull(request.namespace, request.reference)
+        return machine_pb2.ImagePullResponse(messages=[machine_pb2.ImagePull()])
 
     async def lifecycle_upgrade(self, call: Call, request) -> AsyncIterator[lifecycle_pb2.LifecycleServiceUpgradeResponse]:
         node = self.node

@@ -6,9 +6,11 @@ the whole module, in order: 1 control plane + 2 workers → 3 control planes (AP
 throughout) → Talos v1.13.1 (strict one-at-a-time order, control planes first, second up a
 no-op) → preview shows the plan and refuses a downgrade → v1.13.2 with an A/B rollback on the
 second node (stops there, the next up finishes) → v1.13.3 killed mid-rollout (the re-run
-upgrades no node twice) → Kubernetes v1.35.4 → v1.35.5 (upgrade-k8s's order: each control
-plane's apiserver, controller-manager, scheduler, one node at a time, then every kubelet; the
-second up a no-op) → back to 1 control plane (API polled throughout). The emulator's event log
+upgrades no node twice) → Kubernetes v1.35.4 → v1.35.5 (upgrade-k8s's order: the target images
+pre-pulled first, each control plane's apiserver, controller-manager, scheduler, one node at a
+time, then every kubelet, then the bootstrap manifests; the second up a no-op) → v1.35.6 killed
+(SIGKILL) after the first control plane's apiserver moved (the re-run converges, no component
+applied twice) → back to 1 control plane (API polled throughout). The emulator's event log
 (every node's upgrade call, reboot and boot, and the lab kubelets' static-pod and kubelet
 changes, globally ordered) is the proof.
 """
@@ -34,7 +36,7 @@ CPS = ["127.0.41.11", "127.0.41.12", "127.0.41.13"]
 WORKERS = ["127.0.41.14", "127.0.41.15"]
 ORDER = CPS + WORKERS
 ENDPOINT = f"https://{CPS[0]}:6443"
-K8S_OLD, K8S_NEW = "v1.35.4", "v1.35.5"
+K8S_OLD, K8S_NEW, K8S_KILLED = "v1.35.4", "v1.35.5", "v1.35.6"
 COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 
@@ -279,6 +281,11 @@ def test_kubernetes_upgrade_goes_component_by_component_node_by_node(d2):
     assert k8s_changes(events) == ([(cp, c, K8S_NEW) for cp in CPS for c in COMPONENTS]
                                    + [(n, "kubelet", K8S_NEW) for n in ORDER])
     assert not [e for e in events if e["event"] == "reboot"]
+    # pre-pulled, each image once per node, before the first component moved
+    pulls = [e for e in events if e["event"] == "pulled"]
+    assert sorted((e["node"], e["image"].rsplit("/", 1)[1]) for e in pulls) == sorted(
+        [(cp, f"{c}:{K8S_NEW}") for cp in CPS for c in COMPONENTS] + [(n, f"kubelet:{K8S_NEW}") for n in ORDER])
+    assert pulls[-1]["seq"] < next(e["seq"] for e in events if e["event"] == "static-pod")
     applied = since(before, calls(), "ApplyConfiguration")
     # the rollout's one config per component, then the ConfigApply of the full config
     assert applied == {**{cp: 4 + 1 for cp in CPS}, **{w: 1 + 1 for w in WORKERS}}, applied
@@ -297,6 +304,52 @@ def test_kubernetes_upgrade_goes_component_by_component_node_by_node(d2):
     assert all(v == 0 for v in since(before, calls(), "ApplyConfiguration").values())
 
 
+def test_kubernetes_upgrade_killed_mid_rollout_converges_without_applying_a_component_twice(d2):
+    stack, _ = d2
+    if versions() != {a: "v1.13.3" for a in ORDER} or not k8s_on(K8S_NEW):
+        pytest.skip("the earlier rollouts did not finish")
+    configure(d2, zone(3, "v1.13.3", kubernetesVersion=K8S_KILLED))
+    start = log_of()[-1]["seq"]
+    before = calls()
+    proc = up_in_background(stack, stack.state_dir.parent / "k8s-kill-events.jsonl")
+    try:
+        deadline = time.monotonic() + 180
+        # after the first control plane's apiserver moved, long before the rollout ends
+        while not [e for e in log_of([CPS[0]]) if e["seq"] > start and e["event"] == "static-pod"]:
+            assert proc.poll() is None, proc.stdout.read()[-3000:]
+            assert time.monotonic() < deadline, "the first control plane's apiserver never moved"
+            time.sleep(0.1)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        kill_strays(ROOT, stack.state_dir)
+    killed_at = log_of()[-1]["seq"]
+    before_kill = k8s_changes([e for e in log_of() if start < e["seq"] <= killed_at])
+    assert [c for _, c, _ in before_kill][:1] == ["kube-apiserver"] and len(before_kill) < 3 * len(CPS) + len(ORDER)
+    stack.up()
+    events = [e for e in log_of() if e["seq"] > start]
+    assert k8s_changes(events) == ([(cp, c, K8S_KILLED) for cp in CPS for c in COMPONENTS]
+                                   + [(n, "kubelet", K8S_KILLED) for n in ORDER])
+    applied = since(before, calls(), "ApplyConfiguration")
+    # across both runs: one config per component, then the ConfigApply of the full config
+    assert applied == {**{cp: 4 + 1 for cp in CPS}, **{w: 1 + 1 for w in WORKERS}}, applied
+    assert k8s_on(K8S_KILLED)
+    before = calls()
+    stack.up("--expect-no-changes")
+    after = calls()
+    assert all(v == 0 for m in ("ApplyConfiguration", "ImagePull") for v in since(before, after, m).values())
+
+
+def k8s_on(version: str) -> bool:
+    """Every control plane's static pods and every kubelet run `version` (the lab's kubelets say so)."""
+    events = log_of()
+    last: dict[tuple[str, str], str] = {}
+    for node, component, v in k8s_changes(events):
+        last[(node, component)] = v
+    return all(last.get((cp, c)) == version for cp in CPS for c in COMPONENTS) and \
+        all(last.get((n, "kubelet")) == version for n in ORDER)
+
+
 # --- scaling down ----------------------------------------------------------------------------------
 
 
@@ -304,7 +357,7 @@ def test_scale_down_to_one_leaves_etcd_one_at_a_time_api_answering(d2):
     stack, _ = d2
     if not ready(stack, "d2") or etcd_members(stack) != sorted(CPS):
         pytest.skip("the zone is not at three control planes")
-    configure(d2, zone(1, "v1.13.3", kubernetesVersion=K8S_NEW))
+    configure(d2, zone(1, "v1.13.3", kubernetesVersion=K8S_KILLED if k8s_on(K8S_KILLED) else K8S_NEW))
     start = log_of()[-1]["seq"]
     before = calls()
     with ApiPoller(kubeconfig(stack)) as poll:

@@ -93,7 +93,7 @@ class FakeCluster:
                 if c in self.stuck:
                     after[c] = before[c]
             self.configs[address] = ku.held_back(data, after)
-        return SimpleNamespace(apply_config=apply_config)
+        return SimpleNamespace(apply_config=apply_config, address=address)
 
     def _ready(self):
         return [SimpleNamespace(type="Ready", status="True" if self.ready else "False", reason=None)]
@@ -119,8 +119,28 @@ class FakeCluster:
 
 
 def ctx(fake: FakeCluster, timeout: float = 2.0, settle_unready: bool = True) -> ku.Context:
+    # The manifest sync needs a cluster API: tests/integration/test_kubernetes_upgrade_lab.py has it.
     return ku.Context(client_for=fake.client_for, core=fake, log=lambda m: None, timeout=timeout,
-                      settle_unready=settle_unready)
+                      settle_unready=settle_unready, sync_manifests=False)
+
+
+@pytest.fixture(autouse=True)
+def pulls(monkeypatch):
+    """Every pre-pull (node address, image, namespace) the rollout asks for; a node listed in
+    `pulls.unimplemented` answers Unimplemented, an image in `pulls.missing` is not found."""
+    from kontinuum.talos.errors import TalosApiError
+
+    made = SimpleNamespace(calls=[], unimplemented=set(), missing=set())
+
+    def pre_pull(client, image, *, namespace, timeout):
+        assert timeout > 0
+        made.calls.append((client.address, image, namespace))
+        if image in made.missing:
+            raise TalosApiError(client.address, "image-pull", f"NOT_FOUND: failed to pull image {image}")
+        return client.address not in made.unimplemented
+
+    monkeypatch.setattr(ku.lifecycle, "pre_pull", pre_pull)
+    return made
 
 
 def test_rollout_moves_one_component_of_one_node_at_a_time_in_order():
@@ -166,6 +186,45 @@ def test_a_component_on_the_target_is_never_applied_again():
     assert fake.applied == []
     ku.rollout(ctx(fake, settle_unready=False), ku.plan(nodes()), NEW)
     assert fake.applied == []
+
+
+def test_prepull_comes_first_in_talosctls_order_namespaces_and_only_for_what_changes(pulls):
+    fake = FakeCluster({"cp1": NEW})  # cp1 runs the target already: nothing to pull there
+    ku.rollout(ctx(fake), ku.plan(nodes()), NEW)
+    cri = [(a, i.rsplit("/", 1)[1]) for a, i, ns in pulls.calls if ns == "cri"]
+    system = [(a, i.rsplit("/", 1)[1]) for a, i, ns in pulls.calls if ns == "system"]
+    assert cri == [("127.0.47.12", f"{c}:{NEW}") for c in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")]
+    assert system == [(a, f"kubelet:{NEW}") for a in ("127.0.47.12", "127.0.47.14", "127.0.47.15")]
+    assert [ns for _, _, ns in pulls.calls] == ["cri"] * 3 + ["system"] * 3  # every pull before the first apply
+    pulls.calls.clear()
+    ku.rollout(ctx(fake), ku.plan(nodes()), NEW)
+    assert pulls.calls == []  # nothing left to change: nothing to pull
+
+
+def test_a_failed_pull_stops_the_rollout_before_any_node_changes_naming_node_and_image(pulls):
+    pulls.missing.add(f"ghcr.io/siderolabs/kubelet:{NEW}")
+    fake = FakeCluster({})
+    with pytest.raises(ku.KubernetesUpgradeError) as err:
+        ku.rollout(ctx(fake), ku.plan(nodes()), NEW)
+    assert f"cp1 (127.0.47.11) could not pull ghcr.io/siderolabs/kubelet:{NEW}" in str(err.value)
+    assert "This run changed no node" in str(err.value)
+    assert fake.applied == []
+
+
+def test_a_node_without_the_pull_api_is_skipped_as_talosctl_does(pulls):
+    pulls.unimplemented.add("127.0.47.14")
+    fake = FakeCluster({})
+    ku.rollout(ctx(fake), ku.plan(nodes()), NEW)
+    assert ("127.0.47.14", f"ghcr.io/siderolabs/kubelet:{NEW}", "system") in pulls.calls
+    assert len(fake.applied) == 10  # the rollout went on
+
+
+def test_proxy_image_only_when_kube_proxy_is_enabled():
+    doc, other = yaml.safe_load_all(config(NEW))
+    doc["cluster"]["proxy"] = {"disabled": True, "image": f"registry.k8s.io/kube-proxy:{NEW}"}
+    assert ku.proxy_image(yaml.safe_dump_all([doc, other])) is None
+    doc["cluster"]["proxy"]["disabled"] = False
+    assert ku.proxy_image(yaml.safe_dump_all([doc, other])) == f"registry.k8s.io/kube-proxy:{NEW}"
 
 
 # --- the provider's diff: the plan at preview, the skew refused -------------------------------------

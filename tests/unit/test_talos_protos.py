@@ -71,6 +71,11 @@ def _number(message, field: str) -> int:
         (lifecycle_pb2.LifecycleServiceInstallProgress, "exit_code", 2),
         (image_pb2.ImageServicePullRequest, "image_ref", 3),
         (image_pb2.ImageServicePullResponse, "name", 1),
+        # the legacy MachineService.ImagePull upgrade-k8s pre-pulls with (machinery v1.13.0 machine.pb.go)
+        (machine_pb2.ImagePullRequest, "namespace", 1),
+        (machine_pb2.ImagePullRequest, "reference", 2),
+        (machine_pb2.ImagePullResponse, "messages", 1),
+        (machine_pb2.ImagePull, "metadata", 1),
         (machine_pb2.EtcdMember, "id", 2),
         (machine_pb2.EtcdMember, "is_learner", 6),
         (machine_pb2.EtcdMembers, "members", 3),
@@ -101,6 +106,7 @@ def test_enums_and_paths_are_talos() -> None:
     assert [wipe.Value(n) for n in ("ALL", "SYSTEM_DISK", "USER_DISKS")] == [0, 1, 2]
     machine = machine_grpc.MachineServiceStub(None)  # type: ignore[arg-type]
     assert machine.Version.name == "/machine.MachineService/Version"
+    assert machine.ImagePull.name == "/machine.MachineService/ImagePull"
     assert machine.EtcdRemoveMemberByID.name == "/machine.MachineService/EtcdRemoveMemberByID"
     assert cluster_grpc.ClusterServiceStub(None).HealthCheck.name == "/cluster.ClusterService/HealthCheck"  # type: ignore[arg-type]
     assert state_grpc.StateStub(None).List.name == "/cosi.resource.State/List"  # type: ignore[arg-type]

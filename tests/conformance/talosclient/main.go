@@ -13,9 +13,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/safe"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -23,6 +25,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 )
@@ -258,6 +261,10 @@ func run(endpoint, configPath, talosconfigPath string, waitFor time.Duration) er
 		return err
 	}
 
+	if err = upgradeK8sCalls(c, endpoint); err != nil {
+		return err
+	}
+
 	if err = upgrade(c, endpoint, waitFor); err != nil {
 		return err
 	}
@@ -279,6 +286,42 @@ func run(endpoint, configPath, talosconfigPath string, waitFor time.Duration) er
 		if status.Code(err) != codes.Unimplemented {
 			return fmt.Errorf("want Unimplemented from maintenance mode, got %v", err)
 		}
+
+		return nil
+	})
+}
+
+// upgradeK8sCalls makes the Talos calls of talosctl upgrade-k8s's pre-pull (the legacy
+// MachineService.ImagePull into the CRI namespace) and of its manifest sync (the control plane's
+// Manifest resources, listed and decoded as manifests.GetBootstrapManifests does).
+func upgradeK8sCalls(c *client.Client, endpoint string) error {
+	if err := step("pre-pull (ImagePull, CRI namespace)", func(ctx context.Context) error {
+		//nolint:staticcheck // the legacy method is what talosctl upgrade-k8s uses
+		return c.ImagePull(client.WithNode(ctx, endpoint), common.ContainerdNamespace_NS_CRI, "registry.k8s.io/kube-apiserver:v1.34.2")
+	}); err != nil {
+		return err
+	}
+
+	return step("bootstrap manifests (COSI list)", func(ctx context.Context) error {
+		items, err := safe.StateList[*k8s.Manifest](client.WithNode(ctx, endpoint), c.COSI,
+			resource.NewMetadata(k8s.ControlPlaneNamespaceName, k8s.ManifestType, "", resource.VersionUndefined))
+		if err != nil {
+			return err
+		}
+
+		kinds := []string{}
+
+		for m := range items.All() {
+			for _, o := range m.TypedSpec().Items {
+				kinds = append(kinds, fmt.Sprintf("%v/%v", o.Object["kind"], o.Object["metadata"].(map[string]any)["name"]))
+			}
+		}
+
+		if !slices.Contains(kinds, "ConfigMap/kubeconfig-in-cluster") {
+			return fmt.Errorf("want the kubeconfig-in-cluster ConfigMap among the manifests, got %v", kinds)
+		}
+
+		fmt.Printf("   manifests %v\n", kinds)
 
 		return nil
 	})
