@@ -68,6 +68,7 @@ VERSION = "Versions.runtime.talos.dev"
 MACHINE_STATUS = "MachineStatuses.runtime.talos.dev"
 LINK = "LinkStatuses.net.talos.dev"
 ADDRESS = "AddressStatuses.net.talos.dev"
+MACHINE_CONFIG = "MachineConfigs.config.talos.dev"
 
 DEFINITIONS = {
     d.type: d
@@ -78,12 +79,14 @@ DEFINITIONS = {
         Definition(MACHINE_STATUS, "MachineStatus", "runtime", ("machinestatus", "machinestatuses")),
         Definition(LINK, "LinkStatus", "network", ("link", "links")),
         Definition(ADDRESS, "AddressStatus", "network", ("address", "addresses")),
+        Definition(MACHINE_CONFIG, "MachineConfig", "config", ("machineconfig", "mc"), sensitive=True),
     )
 }
 NAMESPACES = {
     "meta": "Metadata namespace which contains resource definitions and namespaces.",
     "runtime": "Talos runtime resources.",
     "network": "Networking resources.",
+    "config": "Talos node configuration.",
 }
 
 
@@ -95,6 +98,7 @@ class NodeFacts:
     talos_version: str
     stage: str  # maintenance, booting, running
     ready: bool
+    config: bytes = b""  # the applied machine config (configured nodes only)
 
 
 def _proto_string(number: int, value: str) -> bytes:
@@ -193,6 +197,8 @@ def specs(facts: NodeFacts) -> dict[tuple[str, str], dict[str, tuple[dict, bytes
         ("network", LINK): {name: (spec, b"") for name, spec in _links(facts).items()},
         ("network", ADDRESS): {name: (spec, b"") for name, spec in _addresses(facts).items()},
     }
+    if facts.config:  # Talos serves the active config as MachineConfig v1alpha1 (its YAML as the spec)
+        out[("config", MACHINE_CONFIG)] = {"v1alpha1": (facts.config.decode(), b"")}
     return out
 
 
@@ -201,10 +207,12 @@ _OWNERS = {
     MACHINE_STATUS: "runtime.MachineStatusController",
     LINK: "network.LinkStatusController",
     ADDRESS: "network.AddressStatusController",
+    MACHINE_CONFIG: "config.AcquireController",
 }
 
 
-def resource(namespace: str, rtype: str, rid: str, spec: dict, proto: bytes, booted: Timestamp) -> resource_pb2.Resource:
+def resource(namespace: str, rtype: str, rid: str, spec: dict | str, proto: bytes,
+             booted: Timestamp) -> resource_pb2.Resource:
     return resource_pb2.Resource(
         metadata=resource_pb2.Metadata(
             namespace=namespace,
@@ -216,5 +224,6 @@ def resource(namespace: str, rtype: str, rid: str, spec: dict, proto: bytes, boo
             created=booted,
             updated=booted,
         ),
-        spec=resource_pb2.Spec(proto_spec=proto, yaml_spec=yaml.safe_dump(spec, sort_keys=False)),
+        spec=resource_pb2.Spec(proto_spec=proto,
+                               yaml_spec=spec if isinstance(spec, str) else yaml.safe_dump(spec, sort_keys=False)),
     )
