@@ -19,8 +19,10 @@ WORKER = mc.render(SPEC, BUNDLE, pool="web").decode()
 NEW = secrets.generate()
 
 
-@pytest.mark.parametrize("kind,old,new", [("talos", BUNDLE.os, NEW.os), ("kubernetes", BUNDLE.k8s, NEW.k8s)])
-@pytest.mark.parametrize("config,control_plane", [(CP, True), (WORKER, False)])
+# Ids by name: the generated bundles differ per process, and pytest-xdist's workers must collect the same ids.
+@pytest.mark.parametrize("kind,old,new", [("talos", BUNDLE.os, NEW.os), ("kubernetes", BUNDLE.k8s, NEW.k8s)],
+                         ids=["talos", "kubernetes"])
+@pytest.mark.parametrize("config,control_plane", [(CP, True), (WORKER, False)], ids=["controlplane", "worker"])
 def test_each_phase_moves_a_node_one_state_on_and_is_idempotent(kind, old, new, config, control_plane):
     assert cr.state_of(cr.node_cas(config, kind), old.crt, new.crt) == cr.START
     for phase, state in zip(cr.PHASES, cr.STATES[1:]):
