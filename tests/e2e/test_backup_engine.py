@@ -179,15 +179,22 @@ def rotate_both_cas(stack, lab, z: dict, tmp_path) -> None:
                   for e in seen.new_events()):
         assert proc.poll() is None, proc.output.read_text()[-4000:]
         assert time.monotonic() < deadline, "the Talos CA swap never finished"
-        time.sleep(0.2)
-    kills.kill(proc, stack)  # mid-rotation: the Talos CA swapped, nothing dropped yet
+        time.sleep(0.01)
+    kills.freeze(proc, stack)
+    kills.kill(proc, stack)  # mid-rotation: the Talos CA swapped, the Kubernetes CA not dropped
+    # The run goes on while the event is read: on a busy machine the Talos drop may have reached
+    # the node before the kill. Old Talos credentials stop working then, and only then.
+    killed = " ".join((e.get("diagnosticEvent") or {}).get("message") or "" for e in events(log))
+    talos_dropped = "Talos API CA rotation, drop:" in killed
     both = tc.parse(old_talosconfig).ca + secrets.load(held(stack, "e2e-dr-secrets", "secretsYaml")).os.crt
-    assert talos_works(old_talosconfig, both) and k8s_works(old_kubeconfig)  # old client certificates still work
+    assert talos_works(old_talosconfig, both) or talos_dropped  # old client certificates still work
+    assert k8s_works(old_kubeconfig)
 
     resumed = tmp_path / "rotate-resumed.jsonl"
     stack.up(f"--event-log={resumed}")
     said = " ".join((e.get("diagnosticEvent") or {}).get("message") or "" for e in events(resumed))
-    assert "Talos API CA: accept done" not in said and "Talos API CA: drop done" in said, said[-3000:]
+    assert "Talos API CA: accept done" not in said, said[-3000:]
+    assert "Talos API CA: drop done" in said or talos_dropped, said[-3000:]
     assert "Kubernetes CA: drop done" in said
     poller.stop.set()
     poller.join(10)
