@@ -82,8 +82,10 @@ class CaRotationProvider(ResourceProvider):
             for line in ca_rotation.plan(kinds, order or ["every node"]):
                 info(f"CA rotation of {news.get('clusterName')}: {line}")
         # Only what it hands on, or a due rotation, is a change: membership or timeouts alone are
-        # read from the inputs when a rotation runs, no reason for an update.
-        changed = any(olds.get(k) != news.get(k) for k in (*PASS_THROUGH, "rotate", "retiringYaml"))
+        # read from the inputs when a rotation runs, no reason for an update. retiringYaml changes
+        # only with a token (`rotate`); a TalosSecrets made before it had that output previews it
+        # as unknown on every run, which must not read as a change.
+        changed = any(olds.get(k) != news.get(k) for k in (*PASS_THROUGH, "rotate"))
         return DiffResult(changes=bool(kinds) or changed)
 
     def create(self, props):

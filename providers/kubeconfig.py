@@ -143,9 +143,11 @@ class KubeconfigProvider(ResourceProvider):
 
     def diff(self, _id, olds, news):
         d = diff_inputs(olds, news, update_on=UPDATE_ON)
-        # Due for renewal now, or a refresh found it due (valid: false): the update renews it.
-        if not d.changes and (_renewal_due(olds, news) or olds.get("valid") is False
-                              or olds.get("secretsYaml") != news.get("secretsYaml")):
+        # Due for renewal now, a refresh found it due (valid: false), or the bundle's cluster CA is
+        # not the one the held kubeconfig trusts (a Kubernetes CA rotation switched it): the update
+        # renews it. The held kubeconfig is compared, not the bundle text, so a state from before
+        # the bundle was an input stays unchanged (and the zone's provider keeps a known kubeconfig).
+        if not d.changes and (_renewal_due(olds, news) or olds.get("valid") is False or _ca_rotated(olds, news)):
             d.changes = True
         return d
 
@@ -179,6 +181,21 @@ class KubeconfigProvider(ResourceProvider):
 
 
 SETTINGS = (*UPDATE_ON, "secretsYaml", "renewBeforeDays")
+
+
+def _ca_rotated(olds: dict, news: dict) -> bool:
+    """The bundle's cluster CA differs from the one the held kubeconfig trusts. An unknown bundle
+    (a preview while TalosSecrets changes) may carry a new CA: a change."""
+    bundle, held = news.get("secretsYaml"), olds.get("kubeconfig")
+    if not known(bundle):
+        return True
+    if not bundle or not isinstance(held, str):
+        return False
+    try:
+        k8s_ca = secrets.load(bundle, check_rsa=False).k8s
+    except (ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError):
+        return False  # check reports an unreadable bundle; nothing to compare here
+    return _ca_switched(held, k8s_ca.crt)
 
 
 def _ca_switched(kubeconfig: str, k8s_ca_crt: bytes) -> bool:
