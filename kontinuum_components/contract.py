@@ -307,7 +307,8 @@ ZONE = Obj({
            "time and without reboots, through: new CA accepted, nodes rolled with the new CA issuing (old one still "
            "accepted), clients switched (talosconfig, kubeconfig, the zone's Kubernetes provider), old CA dropped. "
            "The preview lists the phases; a killed up resumes where the nodes are. A token a zone is created "
-           "with rotates nothing; change a token again only after its rotation finished"),
+           "with rotates nothing, nor does the first token set on a zone made before CA rotation existed (set it, "
+           "up, then change it); change a token again only after its rotation finished"),
     }, "client certificates the stack holds; their expiry is exported per zone (`talosconfigExpires`, "
        "`kubeconfigExpires`)"),
     "backup": Obj({

@@ -26,7 +26,7 @@ from kontinuum.errors import ConfigError
 from kontinuum.talos import ca_rotation, pki, renewal, secrets, talosconfig
 from kontinuum.talos.pki import CertKey
 from providers.common import TypedResource, diff_inputs, with_secret_outputs
-from providers.talos_common import Inputs, known
+from providers.talos_common import Inputs, info, known
 
 UPDATE_ON = ("clusterName", "endpoints")
 SECRET_OUTPUTS = ("secretsYaml", "talosconfig", "importYaml", "retiringYaml")
@@ -91,14 +91,24 @@ class TalosSecretsProvider(ResourceProvider):
         bundle = secrets.load(olds["secretsYaml"], check_rsa=False)  # our own state
         previous = talosconfig.parse(olds["talosconfig"])
         client = CertKey(previous.crt, previous.key)
+        started = _started(olds, news)
+        if "rotate" not in olds and (news.get("rotate") or {}):
+            info(f"{news['clusterName']}: certificates.rotate recorded; this zone was made before CA rotation, "
+                 "so its tokens rotate nothing now: change one in a later up to rotate that CA")
         bundle, retiring = _start_rotations(bundle, olds, news)
-        if renewal.due(previous.crt, _renew_before(news)) or "talos" in _started(olds, news):
+        if renewal.due(previous.crt, _renew_before(news)) or "talos" in started:
             client = renewal.renew_talosconfig_cert(bundle.os)
-        return UpdateResult(outs=_outputs(news, secrets.dump(bundle), bundle, client, retiring))
+        secrets_yaml = secrets.dump(bundle) if started else olds["secretsYaml"]  # the bundle as stored
+        return UpdateResult(outs=_outputs(news, secrets_yaml, bundle, client, retiring))
 
 
 def _started(olds: dict, news: dict) -> list[str]:
-    """CA kinds whose rotation token changed (set, or changed to another value)."""
+    """CA kinds whose rotation token changed (set, or changed to another value). A state from
+    before CA rotation (no `rotate` recorded) starts none: its first tokens are recorded as a new
+    zone's are, so a rotation never runs in the up that first gives the zone's Kubernetes provider
+    its clusterIdentifier (a new CA in the kubeconfig while the identifier is added would replace it)."""
+    if "rotate" not in olds:
+        return []
     before, now = olds.get("rotate") or {}, news.get("rotate") or {}
     return [k for k in ca_rotation.KINDS if now.get(k) and now.get(k) != before.get(k)]
 

@@ -173,3 +173,25 @@ def test_a_rotation_created_on_a_stack_from_before_it_previews_without_changes()
     assert not p.diff("rot", created, {**props, "retiringYaml": UNKNOWN}).changes
     assert not p.diff("rot", created, props).changes
     assert p.diff("rot", created, {**props, "talosconfig": UNKNOWN}).changes  # what it hands on changes
+
+
+def test_tokens_first_set_on_a_zone_from_before_rotation_are_recorded_not_started():
+    """The up that first gives the zone's provider its clusterIdentifier never rotates: a new CA in
+    the kubeconfig while the identifier is being added would make pulumi-kubernetes replace it."""
+    from providers.ca_rotation import due
+    from providers.talos_secrets import TalosSecretsProvider
+
+    p = TalosSecretsProvider()
+    props = {"clusterName": "rot", "endpoints": ["127.0.48.11"], "renewBeforeDays": 30}
+    made = p.create(props).outs
+    old = {k: v for k, v in made.items() if k not in ("rotate", "retiringYaml")}  # as older code recorded it
+    assert not p.diff("rot", old, {**props, "rotate": {}}).changes  # upgrading alone changes nothing
+    news = {**props, "rotate": {"kubernetes": "b"}}
+    assert p.diff("rot", old, news).changes  # the tokens are recorded...
+    recorded = p.update("rot", old, news).outs
+    assert recorded["secretsYaml"] == old["secretsYaml"] and recorded["retiringYaml"] == ""  # ...nothing started
+    assert due({**news, "retiringYaml": recorded["retiringYaml"]}, {}) == []
+    again = {**props, "rotate": {"kubernetes": "c"}}  # a later change rotates as on any zone
+    rotated = p.update("rot", recorded, again).outs
+    assert secrets.load(rotated["secretsYaml"]).k8s != secrets.load(old["secretsYaml"]).k8s
+    assert due({**again, "retiringYaml": rotated["retiringYaml"]}, {"kubernetes": "b"}) == ["kubernetes"]
