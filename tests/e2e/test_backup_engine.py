@@ -196,6 +196,12 @@ def rotate_both_cas(stack, lab, z: dict, tmp_path) -> None:
     assert "Talos API CA: accept done" not in said, said[-3000:]
     assert "Talos API CA: drop done" in said or talos_dropped, said[-3000:]
     assert "Kubernetes CA: drop done" in said
+    # The new cluster CA in the kubeconfig updates the zone's provider in place (clusterIdentifier):
+    # nothing it made on the cluster is replaced.
+    replaced = {m["urn"].rsplit("::", 1)[-1] for path in (log, resumed) for e in events(path)
+                for m in [((e.get("resourcePreEvent") or e.get("resOutputsEvent") or {}).get("metadata") or {})]
+                if m.get("op") in ("replace", "create-replacement", "delete-replaced")}
+    assert replaced == set(), replaced
     poller.stop.set()
     poller.join(10)
     assert poller.answered > 10 and max(poller.outages, default=0) < 10, poller.outages
