@@ -118,6 +118,7 @@ class Zone:
     dns: Dns = Dns()
     backup: Backup = field(default_factory=Backup)
     renew_before_days: float = RENEW_BEFORE_DAYS
+    rotate: dict = field(default_factory=dict)  # certificates.rotate: CA kind -> token
     upgrade: Upgrade = field(default_factory=Upgrade)
     path: str = "zones[0]"  # where the zone is in the stack config, for errors found later
     flux: flux_config.Flux | None = None  # the GitOps hand-off, when configured
@@ -260,6 +261,7 @@ def _zone(raw: dict, path: str, errs: _Errors, region: str = "") -> Zone | None:
         backup=Backup(on_up=backup.get("onUp", False), directory=backup.get("directory", BACKUP_DIRECTORY),
                       keep=backup.get("keep", BACKUP_KEEP)),
         renew_before_days=raw.get("certificates", {}).get("renewBefore", RENEW_BEFORE_DAYS),
+        rotate=dict(raw.get("certificates", {}).get("rotate") or {}),
     )
 
 

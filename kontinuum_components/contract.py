@@ -299,6 +299,16 @@ ZONE = Obj({
         "renewBefore": Num("days before expiry at which `pulumi up` renews the admin talosconfig and kubeconfig "
                            "client certificates (issued locally from the zone's CAs; no node is touched)",
                            default=RENEW_BEFORE_DAYS, minimum=0),
+        "rotate": Obj({
+            "talos": Str("token of the Talos API CA rotation; changing it starts one"),
+            "kubernetes": Str("token of the Kubernetes CA rotation; changing it starts one"),
+        }, "CA rotation, as `talosctl rotate-ca` does it: change a token (any string, e.g. a date) and the next "
+           "`pulumi up` generates a new CA (a Pulumi secret in the secrets bundle) and takes every node, one at a "
+           "time and without reboots, through: new CA accepted, nodes rolled with the new CA issuing (old one still "
+           "accepted), clients switched (talosconfig, kubeconfig, the zone's Kubernetes provider), old CA dropped. "
+           "The preview lists the phases; a killed up resumes where the nodes are. A token a zone is created "
+           "with rotates nothing, nor does the first token set on a zone made before CA rotation existed (set it, "
+           "up, then change it); change a token again only after its rotation finished"),
     }, "client certificates the stack holds; their expiry is exported per zone (`talosconfigExpires`, "
        "`kubeconfigExpires`)"),
     "backup": Obj({

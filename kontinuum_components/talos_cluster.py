@@ -21,6 +21,7 @@ from kontinuum.naming import instance_name
 from kontinuum_components.config import Machine, Pool, Zone
 from kontinuum_components.specs import cluster_spec
 from providers.bootstrap import Bootstrap
+from providers.ca_rotation import CaRotation
 from providers.cluster_health import ClusterHealth
 from providers.config_apply import ConfigApply
 from providers.instance import Instance
@@ -71,10 +72,22 @@ class TalosCluster(pulumi.ComponentResource):
         cp_pool = pool(zone.control_plane, [])
         cp_addresses = pulumi.Output.all(*[address(m) for m in cp_members])
         secrets = TalosSecrets(f"{name}-secrets", cluster_name=name, endpoints=cp_addresses,
-                               renew_before_days=zone.renew_before_days, opts=child)
+                               renew_before_days=zone.renew_before_days, rotate=zone.rotate, opts=child)
         first_cp = address(cp_members[0])
         self.endpoint = pulumi.Output.from_input(zone.endpoint or pulumi.Output.concat("https://", first_cp, ":6443"))
-        talosconfig = secrets.talosconfig
+        # Every node, control planes first (the order rotate-ca patches in): a changed rotation token
+        # takes them to the new CA before anything below renders or talks with it.
+        ordered = [(m, p.name == zone.control_plane.name) for p in (zone.control_plane, *zone.workers)
+                   for m in members[p.name]]
+        rotation = CaRotation(
+            f"{name}-ca-rotation", cluster_name=name, rotate_tokens=zone.rotate, secrets_yaml=secrets.secretsYaml,
+            retiring_yaml=secrets.retiringYaml, talosconfig=secrets.talosconfig,
+            nodes=pulumi.Output.all(*[address(m) for m, _ in ordered]).apply(
+                lambda addrs: [{"address": a, "controlPlane": cp} for a, (_, cp) in zip(addrs, ordered)]),
+            k8s_endpoint=self.endpoint, talos_port=zone.talos_port, timeout=float(t["apply"]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[instances[m] for m, _ in ordered]))
+        secrets_yaml = rotation.secretsYaml
+        talosconfig = rotation.talosconfig
 
         def config_for(pool_name: str) -> tuple[pulumi.Output[str], pulumi.Output[dict]]:
             """The pool's machine config (secret) and its redacted view (not secret: every secret
@@ -86,7 +99,7 @@ class TalosCluster(pulumi.ComponentResource):
                 text = machineconfig.render(cluster_spec(name, zone, args[1]), bundle, pool=pool_name).decode()
                 return text, config_view.view(text, bundle)
 
-            both = pulumi.Output.all(secrets.secretsYaml, self.endpoint).apply(render)
+            both = pulumi.Output.all(secrets_yaml, self.endpoint).apply(render)
             return both.apply(lambda b: b[0]), pulumi.Output.unsecret(both.apply(lambda b: b[1]))
 
         configs = {p.name: config_for(p.name) for p in (zone.control_plane, *zone.workers)}
@@ -137,10 +150,13 @@ class TalosCluster(pulumi.ComponentResource):
                               opts=pulumi.ResourceOptions(parent=self, depends_on=cp_applies))
         kubeconfig = Kubeconfig(f"{name}-kubeconfig", address=first_cp, talosconfig=talosconfig,
                                 talos_port=zone.talos_port, timeout=float(t["kubeconfig"]),
-                                secrets_yaml=secrets.secretsYaml, renew_before_days=zone.renew_before_days,
+                                secrets_yaml=secrets_yaml, renew_before_days=zone.renew_before_days,
                                 opts=pulumi.ResourceOptions(parent=self, depends_on=[bootstrap]))
         self.kubeconfig = kubeconfig.kubeconfig
-        self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=kubeconfig.kubeconfig,
+        # The cluster is the zone's, whatever CA its kubeconfig trusts: without an identifier a
+        # Kubernetes CA rotation (new certificate-authority-data) would replace the provider and
+        # with it every object on the cluster.
+        self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=kubeconfig.kubeconfig, cluster_identifier=name,
                                      delete_unreachable=zone.skip_unreachable_cluster,
                                      opts=pulumi.ResourceOptions(parent=self))
 
@@ -172,7 +188,7 @@ class TalosCluster(pulumi.ComponentResource):
                                        *os_versions).apply(lambda _: True)
         self.bootstrapped = bootstrap.bootstrapped
         self.talosconfig = talosconfig
-        self.secrets_yaml = secrets.secretsYaml
+        self.secrets_yaml = secrets_yaml
         self.talosconfig_expires = secrets.talosconfigExpires
         self.kubeconfig_expires = kubeconfig.kubeconfigExpires
         self.control_plane_addresses = cp_addresses

@@ -70,6 +70,8 @@ def read_cluster_config(raw: bytes) -> ClusterConfig:
         aggregator_ca=CertKey(_b64(cluster, "aggregatorCA", "crt"), _b64(cluster, "aggregatorCA", "key")),
         etcd_ca=CertKey(_b64(cluster, "etcd", "ca", "crt"), _b64(cluster, "etcd", "ca", "key")),
         service_account_key=_b64(cluster, "serviceAccount", "key"),
+        accepted_cas=b"".join(base64.b64decode(str(c["crt"])) for c in cluster.get("acceptedCAs") or []
+                              if isinstance(c, dict) and c.get("crt")),
     )
     return ClusterConfig(
         name=str(cluster.get("clusterName") or "talos-default"),

@@ -207,9 +207,10 @@ class ClusterRunner:
         self.control_plane = cp
         cp.start()
         self.registry.set_etcd(self.key, cp.etcd_snapshot)
+        self.registry.set_k8s_chain(self.key, cp.pki.ca.crt + cp.pki.accepted_cas)
         fd = os.open(self.kubeconfig_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
-            f.write(cp.admin_kubeconfig())
+            f.write(cp.lab_kubeconfig())  # kwok and stand-ins: survives a cluster CA rotation
         self._api = api_client(self.kubeconfig_path)
         self.flux = OperatorRunner(self.workdir, self.kubeconfig_path, address=self.address, cluster=self.name)
         self.kwok = kwok.start(self.workdir, self.kubeconfig_path, cluster=self.name,
@@ -281,7 +282,27 @@ class ClusterRunner:
 
     # -- reconciliation ----------------------------------------------------------------------------
 
+    def _follow_cluster_ca(self) -> None:
+        """cluster.ca or cluster.acceptedCAs changed on the hosting control plane (a CA rotation's
+        phase, applied without a reboot): restart the control plane on the new chain, as Talos does."""
+        if self.control_plane is None or self.host.config is None:
+            return
+        now = read_cluster_config(self.host.config.raw).pki
+        # Compared with the chain the registry says is served (set only once a restart succeeded),
+        # so a failed restart is tried again on the next tick.
+        if self.registry.k8s_chain(self.key) == now.ca.crt + now.accepted_cas:
+            return
+        log.info("cluster %s: the cluster CA chain changed; restarting the apiserver with it", self.name)
+        self.control_plane.restart_with(now)
+        self.config = read_cluster_config(self.host.config.raw)
+        self.registry.set_k8s_chain(self.key, now.ca.crt + now.accepted_cas)
+
     def _tick(self) -> None:
+        try:
+            self._follow_cluster_ca()
+        except Exception as e:  # noqa: BLE001 - retried on the next tick
+            log.warning("cluster %s: restarting the control plane on the new CA failed, retrying: %s", self.name,
+                        describe(e))
         try:
             if self.kwok is not None and not self.kwok.running():
                 log.warning("cluster %s: kwok exited; restarting it. Last lines:\n%s", self.name, self.kwok.tail())

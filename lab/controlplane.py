@@ -36,6 +36,7 @@ class ClusterPKI:
     aggregator_ca: CertKey
     etcd_ca: CertKey
     service_account_key: bytes
+    accepted_cas: bytes = b""  # cluster.acceptedCAs: further client CAs (a CA rotation's)
 
     @classmethod
     def generate(cls) -> "ClusterPKI":
@@ -127,6 +128,12 @@ class ControlPlane:
         self.skip_hash_check = skip_hash_check
         self.processes: list[Managed] = []
         self._probe_ctx: ssl.SSLContext | None = None
+        # The lab's own clients (kwok, stand-ins, the health probe) authenticate with this CA, which
+        # the apiserver always accepts: like kubelets that Talos restarts with new certificates,
+        # they keep working across a rotation of the cluster CA without being restarted.
+        self.lab_ca = pki.new_ca(common_name="kontinuum-lab-clients", days=30)
+        self._generation = 0  # bumped by every restart on new CAs; its files and logs go apart
+        self._serving_der = b""
 
     @property
     def server(self) -> str:
@@ -138,10 +145,23 @@ class ControlPlane:
         )
         return kubeconfig_text(self.name, self.server, self.pki.ca.crt, client)
 
+    def lab_kubeconfig(self) -> str:
+        """The lab's own admin identity for an emulated cluster (see lab_ca): it keeps working
+        across a rotation of the cluster CA, so it trusts the serving certificate by address on
+        loopback, whichever cluster CA issues it."""
+        client = pki.issue_cert(
+            self.lab_ca, common_name="lab-admin", organizations=["system:masters"], client=True, key_type="ecdsa"
+        )
+        doc = yaml.safe_load(kubeconfig_text(self.name, self.server, self.pki.ca.crt, client))
+        cluster = doc["clusters"][0]["cluster"]
+        cluster.pop("certificate-authority-data")
+        cluster["insecure-skip-tls-verify"] = True
+        return yaml.safe_dump(doc, sort_keys=False)
+
     # -- files ------------------------------------------------------------------------
 
     def _write(self, rel: str, data: bytes | str) -> str:
-        path = self.workdir / "pki" / rel
+        path = self.workdir / "pki" / (f"rotated-{self._generation}" if self._generation else "") / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data.encode() if isinstance(data, str) else data)
         path.chmod(0o600)
@@ -170,9 +190,54 @@ class ControlPlane:
             raise
         return self
 
+    def restart_with(self, pki_: ClusterPKI, timeout: float = READY_TIMEOUT) -> None:
+        """Restart the apiserver, controller-manager and scheduler (etcd keeps running) on new
+        cluster CAs, as Talos restarts the control-plane pods when cluster.ca or
+        cluster.acceptedCAs change. Rolling, as behind a load balancer: the new apiserver shares
+        the port (SO_REUSEPORT) until it is ready, then the old one stops, so the API answers
+        throughout."""
+        old = [p for p in self.processes if p.name != "etcd"]
+        self.pki, self._probe_ctx = pki_, None
+        self._generation += 1
+        self._start_apiserver()
+        started = self.processes[-1]
+
+        def alive() -> None:  # only the new apiserver counts: an old component may have ended on its own
+            if not started.running():
+                raise RuntimeError(f"{self.name}: the restarted kube-apiserver exited early; last log lines:\n"
+                                   f"{started.tail()}")
+
+        try:
+            wait_until(f"{self.name}: the restarted kube-apiserver {self.server}/readyz", self._new_ready, timeout,
+                       on_fail=alive)
+        finally:
+            for p in old:
+                p.stop()
+                self.processes.remove(p)
+        if self.controllers:
+            self._start_controllers()
+
+    def _new_ready(self) -> bool:
+        """/readyz answered by the apiserver that serves the newest certificate (the port is shared)."""
+        ctx = ssl.create_default_context(cadata=self.pki.ca.crt.decode())
+        ctx.load_cert_chain(*self._pair("readyz-probe", pki.issue_cert(
+            self.pki.ca, common_name="readyz-probe", organizations=["system:masters"], client=True, key_type="ecdsa")))
+        for _ in range(8):  # connections spread over both listeners
+            with socket.create_connection((self.address, self.apiserver_port), timeout=5) as raw, \
+                    ctx.wrap_socket(raw, server_hostname=self.address) as tls:
+                if tls.getpeercert(binary_form=True) != self._serving_der:
+                    continue
+                tls.sendall(f"GET /readyz HTTP/1.1\r\nHost: {self.address}\r\nConnection: close\r\n\r\n".encode())
+                reply = b""
+                while chunk := tls.recv(4096):
+                    reply += chunk
+                return reply.startswith(b"HTTP/1.1 200")
+        return False
+
     def _spawn(self, name: str, argv: list[str]) -> None:
         env = dict(os.environ if self.env is None else self.env)
-        self.processes.append(Managed(name, argv, self.workdir / "logs" / f"{name}.log", env=env).start())
+        log = f"{name}-{self._generation}.log" if self._generation else f"{name}.log"
+        self.processes.append(Managed(name, argv, self.workdir / "logs" / log, env=env).start())
 
     def _check_alive(self) -> None:
         for p in self.processes:
@@ -211,16 +276,15 @@ class ControlPlane:
             "apiserver-etcd-client",
             pki.issue_cert(self.pki.etcd_ca, common_name="kube-apiserver", client=True, key_type="ecdsa"),
         )
-        ca = self._write("ca.crt", self.pki.ca.crt)
+        client_cas = self._write("client-ca.crt", self.pki.ca.crt + self.pki.accepted_cas + self.lab_ca.crt)
         svc_ip = str(next(ipaddress.ip_network(self.service_cidr).hosts()))
-        crt, key = self._pair(
-            "apiserver",
-            pki.issue_cert(
-                self.pki.ca, common_name="kube-apiserver", ip_addresses=[a, svc_ip],
-                dns_names=["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"],
-                server=True, key_type="ecdsa",
-            ),
+        serving = pki.issue_cert(
+            self.pki.ca, common_name="kube-apiserver", ip_addresses=[a, svc_ip],
+            dns_names=["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"],
+            server=True, key_type="ecdsa",
         )
+        crt, key = self._pair("apiserver", serving)
+        self._serving_der = pki.load_certificate(serving.crt).public_bytes(serialization.Encoding.DER)
         agg_ca = self._write("front-proxy-ca.crt", self.pki.aggregator_ca.crt)
         proxy_crt, proxy_key = self._pair(
             "front-proxy-client",
@@ -236,7 +300,7 @@ class ControlPlane:
             "kube-apiserver", f"--advertise-address={a}", f"--bind-address={a}", f"--secure-port={self.apiserver_port}",
             f"--etcd-servers=https://{a}:{self.etcd_ports[0]}", f"--etcd-cafile={etcd_ca}",
             f"--etcd-certfile={etcd_crt}", f"--etcd-keyfile={etcd_key}",
-            f"--client-ca-file={ca}", f"--tls-cert-file={crt}", f"--tls-private-key-file={key}",
+            f"--client-ca-file={client_cas}", f"--tls-cert-file={crt}", f"--tls-private-key-file={key}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={sa_pub}", f"--service-account-signing-key-file={sa_priv}",
             f"--service-cluster-ip-range={self.service_cidr}", "--authorization-mode=RBAC",
@@ -245,7 +309,7 @@ class ControlPlane:
             "--requestheader-extra-headers-prefix=X-Remote-Extra-", "--requestheader-group-headers=X-Remote-Group",
             "--requestheader-username-headers=X-Remote-User",
             f"--proxy-client-cert-file={proxy_crt}", f"--proxy-client-key-file={proxy_key}",
-            "--endpoint-reconciler-type=none", "--watch-cache=false", "--v=0",
+            "--endpoint-reconciler-type=none", "--watch-cache=false", "--v=0", "--permit-port-sharing=true",
             *([f"--egress-selector-config-file={self._write('egress-selector.yaml', self.egress_selector)}"]
               if self.egress_selector else []),
         ])

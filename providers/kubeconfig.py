@@ -143,8 +143,11 @@ class KubeconfigProvider(ResourceProvider):
 
     def diff(self, _id, olds, news):
         d = diff_inputs(olds, news, update_on=UPDATE_ON)
-        # Due for renewal now, or a refresh found it due (valid: false): the update renews it.
-        if not d.changes and (_renewal_due(olds, news) or olds.get("valid") is False):
+        # Due for renewal now, a refresh found it due (valid: false), or the bundle's cluster CA is
+        # not the one the held kubeconfig trusts (a Kubernetes CA rotation switched it): the update
+        # renews it. The held kubeconfig is compared, not the bundle text, so a state from before
+        # the bundle was an input stays unchanged (and the zone's provider keeps a known kubeconfig).
+        if not d.changes and (_renewal_due(olds, news) or olds.get("valid") is False or _ca_rotated(olds, news)):
             d.changes = True
         return d
 
@@ -156,8 +159,12 @@ class KubeconfigProvider(ResourceProvider):
         outs = {k: news.get(k) for k in SETTINGS}
         if all(olds.get(k) == news.get(k) for k in FETCH_ON):  # same node: keep what we have
             kept = {k: olds.get(k) for k in ("kubeconfig", "endpoint", "kubernetesVersion")}
-            if _renewal_due(olds, news) and news.get("secretsYaml"):
-                k8s_ca = secrets.load(news["secretsYaml"], check_rsa=False).k8s
+            k8s_ca = secrets.load(news["secretsYaml"], check_rsa=False).k8s if news.get("secretsYaml") else None
+            if k8s_ca and _ca_switched(kept["kubeconfig"], k8s_ca.crt):
+                kept["kubeconfig"] = renewal.renew_kubeconfig(kept["kubeconfig"], k8s_ca)
+                info(f"{news['address']}: the cluster CA was rotated; the admin kubeconfig now trusts the new CA "
+                     "and holds a client certificate of it")
+            elif k8s_ca and _renewal_due(olds, news):
                 kept["kubeconfig"] = renewal.renew_kubeconfig(kept["kubeconfig"], k8s_ca)
                 info(f"{news['address']}: renewed the admin kubeconfig's client certificate locally")
             return UpdateResult(outs=_with_expiry({**outs, **kept}))
@@ -174,6 +181,32 @@ class KubeconfigProvider(ResourceProvider):
 
 
 SETTINGS = (*UPDATE_ON, "secretsYaml", "renewBeforeDays")
+
+
+def _ca_rotated(olds: dict, news: dict) -> bool:
+    """The bundle's cluster CA differs from the one the held kubeconfig trusts. An unknown bundle
+    (a preview while TalosSecrets changes) may carry a new CA: a change."""
+    bundle, held = news.get("secretsYaml"), olds.get("kubeconfig")
+    if not known(bundle):
+        return True
+    if not bundle or not isinstance(held, str):
+        return False
+    try:
+        k8s_ca = secrets.load(bundle, check_rsa=False).k8s
+    except (ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError):
+        return False  # check reports an unreadable bundle; nothing to compare here
+    return _ca_switched(held, k8s_ca.crt)
+
+
+def _ca_switched(kubeconfig: str, k8s_ca_crt: bytes) -> bool:
+    """The held kubeconfig trusts another CA than the bundle's (a Kubernetes CA rotation ended)."""
+    from cryptography import x509
+
+    try:
+        held = x509.load_pem_x509_certificates(renewal.kubeconfig_ca(kubeconfig))
+        return x509.load_pem_x509_certificate(k8s_ca_crt) not in held
+    except (ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError):
+        return False
 
 
 def _renewal_due(olds: dict, news: dict) -> bool:

@@ -1,8 +1,8 @@
 """A zone's ZoneAccess read from the stack's state, the way `recover` reads it: the engine's
 `stack export --show-secrets` (secrets are held in memory only, never printed or written).
 
-From the state: the region (stack output), the zone's TalosSecrets (talosconfig, secrets
-bundle, control-plane endpoints), its EtcdBackup (key, directory, keep) and the worker
+From the state: the region (stack output), the zone's TalosSecrets (control-plane endpoints;
+talosconfig and secrets bundle as its CaRotation hands them on), its EtcdBackup (key, directory, keep) and the worker
 addresses of its ConfigApply resources.
 """
 
@@ -46,6 +46,9 @@ def zone_access(deployment: dict, stack: str, zone: str) -> tuple[ZoneAccess, Ba
     if secrets_res is None:
         raise BackupError(f"stack {stack} has no zone {zone!r} (zones in its state: {', '.join(known) or 'none'})")
     s = _props(secrets_res)
+    # What the nodes trust: the CaRotation hands TalosSecrets' bundle on only once a rotation finished.
+    s.update({k: v for k, v in _props(by_name.get(f"{cluster}-ca-rotation") or {}).items()
+              if k in ("talosconfig", "secretsYaml") and v})
     backup = _props(by_name.get(f"{cluster}-etcd-backup") or {})
     workers, port = [], backup.get("talosPort")
     for r in resources:

@@ -206,6 +206,20 @@ class TalosClient:
 
         return self._run("discover", timeout or self.deadlines.discover, body)
 
+    def machine_config(self, *, timeout: float | None = None) -> str:
+        """The node's active machine config (COSI MachineConfig v1alpha1, as talosctl rotate-ca
+        reads it before each patch)."""
+
+        async def body(channel: Any, md: dict, t: float) -> str:
+            got = await state_grpc.StateStub(channel).Get(
+                state_pb2.GetRequest(namespace="config", type="MachineConfigs.config.talos.dev", id="v1alpha1"),
+                timeout=t,
+                metadata=md,
+            )
+            return got.resource.spec.yaml_spec
+
+        return self._run("get machineconfig", timeout or self.deadlines.version, body)
+
     # --- machine service ------------------------------------------------------------------
 
     def apply_config(

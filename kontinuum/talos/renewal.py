@@ -60,9 +60,22 @@ def kubeconfig_cert(text: str) -> bytes:
     return base64.b64decode(_user(yaml.safe_load(text))["client-certificate-data"])
 
 
-def renew_kubeconfig(text: str, k8s_ca: CertKey, now: dt.datetime | None = None) -> str:
-    """The same kubeconfig (server, CA, names) with a fresh admin client certificate."""
+def kubeconfig_ca(text: str) -> bytes:
+    """The CA certificate(s) the kubeconfig's current cluster trusts."""
     doc = yaml.safe_load(text)
+    current = next((c for c in doc.get("contexts") or [] if c.get("name") == doc.get("current-context")), None)
+    name = ((current or {}).get("context") or {}).get("cluster")
+    cluster = next((c for c in doc.get("clusters") or [] if c.get("name") == name), None) or {}
+    return base64.b64decode((cluster.get("cluster") or {}).get("certificate-authority-data") or "")
+
+
+def renew_kubeconfig(text: str, k8s_ca: CertKey, now: dt.datetime | None = None) -> str:
+    """The same kubeconfig (server, names) with a fresh admin client certificate of `k8s_ca`,
+    which it trusts as the server's CA too (after a CA rotation it is a new one)."""
+    doc = yaml.safe_load(text)
+    for cluster in doc.get("clusters") or []:
+        if (cluster.get("cluster") or {}).get("certificate-authority-data"):
+            cluster["cluster"]["certificate-authority-data"] = base64.b64encode(k8s_ca.crt).decode()
     client = pki.issue_cert(k8s_ca, common_name="admin", organizations=["system:masters"], client=True,
                             key_type="ecdsa", days=KUBECONFIG_CERT_DAYS, now=now)
     user = _user(doc)

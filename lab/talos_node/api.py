@@ -91,14 +91,10 @@ class NodeApi:
             return self._apply_in_maintenance(call, request)
         new = self._parse(request.data)
         old = self._config()
-        # machine.ca and machine.acceptedCAs change without a reboot (talosctl rotate-ca's phases:
-        # apid picks up the new certificates live). The Kubernetes CA still counts as identity
-        # here: the lab's control plane does not follow a cluster.ca change yet.
-        same_identity = (new.cluster_key, new.machine_type, new.k8s_ca) == (
-            old.cluster_key,
-            old.machine_type,
-            old.k8s_ca,
-        )
+        # machine.ca / machine.acceptedCAs and cluster.ca / cluster.acceptedCAs change without a
+        # reboot (talosctl rotate-ca's phases): apid picks up the new certificates live, the lab's
+        # control plane restarts its apiserver with the new chain (lab/clusters.py).
+        same_identity = (new.cluster_key, new.machine_type) == (old.cluster_key, old.machine_type)
         new_pki = (new.os_ca, new.trusted_cas) != (old.os_ca, old.trusted_cas)
         mode = request.mode
         if mode == Mode.AUTO:
@@ -254,10 +250,14 @@ class NodeApi:
 
     async def service_list(self, call: Call, request) -> machine_pb2.ServiceListResponse:
         config = self._config()
-        running = ["apid", "containerd", "cri", "kubelet", "machined", "udevd"]
+        running = ["apid", "containerd", "cri", "machined", "udevd"]
         if config.is_control_plane:
             running.append("trustd")
         services = [self._service(s, "Running", True) for s in running]
+        # A control plane's kubelet restarts its static pods on a new cluster CA chain: healthy
+        # again once the lab's apiserver runs on the chain this node's config names.
+        chain = self.node.registry.k8s_chain(config.cluster_key) if config.is_control_plane else None
+        services.append(self._service("kubelet", "Running", chain is None or chain == config.k8s_trusted))
         if config.is_control_plane:
             # Preparing: no etcd data, waiting for a bootstrap or for a cluster to join. Running but
             # unhealthy: data of an etcd that lost its quorum.
@@ -369,6 +369,7 @@ class NodeApi:
             stage="maintenance" if node.mode == "maintenance" else "running",
             ready=True,
             manifests=render_manifests(v1alpha1_document(node.config.raw)) if configured_cp and rtype == resources.bootstrap.TYPE else {},
+            config=node.config.raw if node.mode != "maintenance" and node.config is not None else b"",
         )
         return resources.specs(facts).get((namespace, rtype), {})
 

@@ -77,6 +77,7 @@ class ClusterRegistry:
         self._nodes: dict[str, EmulatedNode] = {}
         self._bootstrap_listeners: list[Callable[[str], None]] = []
         self._etcd: dict[str, EtcdSnapshotter] = {}
+        self._k8s_chains: dict[str, bytes] = {}
 
     # --- nodes --------------------------------------------------------------------------
 
@@ -199,6 +200,15 @@ class ClusterRegistry:
                 self._etcd.pop(key, None)
             else:
                 self._etcd[key] = snapshotter
+
+    def set_k8s_chain(self, key: str, chain: bytes) -> None:
+        """The lab's control plane of `key` runs on this cluster CA chain (ca + acceptedCAs) now."""
+        with self._lock:
+            self._k8s_chains[key] = chain
+
+    def k8s_chain(self, key: str) -> bytes | None:
+        with self._lock:
+            return self._k8s_chains.get(key)
 
     def etcd(self, key: str) -> EtcdSnapshotter | None:
         with self._lock:

@@ -40,6 +40,7 @@ class AppliedConfig:
     cluster_name: str
     endpoint: str
     k8s_ca: CertKey | None  # with key on control planes
+    k8s_trusted: bytes = b""  # cluster.ca plus cluster.acceptedCAs: the chain the apiserver runs on
 
     @property
     def is_control_plane(self) -> bool:
@@ -156,6 +157,8 @@ def parse(data: bytes) -> AppliedConfig:
 
     k8s_crt = _pem(_get(cluster, "ca", "crt"), ".cluster.ca.crt", errors)
     k8s_key = _pem(_get(cluster, "ca", "key"), ".cluster.ca.key", errors)
+    k8s_accepted = b"".join(_pem(c.get("crt"), ".cluster.acceptedCAs", errors)
+                            for c in cluster.get("acceptedCAs") or [] if isinstance(c, dict))
     if control_plane and not (k8s_crt and k8s_key):
         errors.append("cluster CA certificate and key are required on controlplane nodes (.cluster.ca)")
     if not control_plane and k8s_key:
@@ -182,6 +185,7 @@ def parse(data: bytes) -> AppliedConfig:
         cluster_name=str(cluster.get("clusterName") or "talos-default"),
         endpoint=endpoint,
         k8s_ca=CertKey(k8s_crt, k8s_key) if k8s_crt else None,
+        k8s_trusted=k8s_crt + k8s_accepted,
     )
 
 

@@ -72,6 +72,7 @@ VERSION = "Versions.runtime.talos.dev"
 MACHINE_STATUS = "MachineStatuses.runtime.talos.dev"
 LINK = "LinkStatuses.net.talos.dev"
 ADDRESS = "AddressStatuses.net.talos.dev"
+MACHINE_CONFIG = "MachineConfigs.config.talos.dev"
 
 DEFINITIONS = {
     d.type: d
@@ -83,6 +84,7 @@ DEFINITIONS = {
         Definition(LINK, "LinkStatus", "network", ("link", "links")),
         Definition(ADDRESS, "AddressStatus", "network", ("address", "addresses")),
         Definition(bootstrap.TYPE, "Manifest", bootstrap.NAMESPACE, ("manifest", "manifests")),
+        Definition(MACHINE_CONFIG, "MachineConfig", "config", ("machineconfig", "mc"), sensitive=True),
     )
 }
 NAMESPACES = {
@@ -90,6 +92,7 @@ NAMESPACES = {
     "runtime": "Talos runtime resources.",
     "network": "Networking resources.",
     bootstrap.NAMESPACE: "Control plane resources.",
+    "config": "Talos node configuration.",
 }
 
 
@@ -102,6 +105,7 @@ class NodeFacts:
     stage: str  # maintenance, booting, running
     ready: bool
     manifests: dict = field(default_factory=dict)  # bootstrap manifest id → objects (control planes)
+    config: bytes = b""  # the applied machine config (configured nodes only)
 
 
 def _proto_string(number: int, value: str | bytes) -> bytes:
@@ -214,6 +218,8 @@ def specs(facts: NodeFacts) -> dict[tuple[str, str], dict[str, tuple[dict, bytes
         # Talos serves a Manifest's spec as the YAML list of its objects (ManifestSpec.MarshalYAML).
         (bootstrap.NAMESPACE, bootstrap.TYPE): {rid: (items, _manifest_proto(items)) for rid, items in facts.manifests.items()},
     }
+    if facts.config:  # Talos serves the active config as MachineConfig v1alpha1 (its YAML as the spec)
+        out[("config", MACHINE_CONFIG)] = {"v1alpha1": (facts.config.decode(), b"")}
     return out
 
 
@@ -223,10 +229,12 @@ _OWNERS = {
     LINK: "network.LinkStatusController",
     ADDRESS: "network.AddressStatusController",
     bootstrap.TYPE: "k8s.ManifestController",
+    MACHINE_CONFIG: "config.AcquireController",
 }
 
 
-def resource(namespace: str, rtype: str, rid: str, spec: dict | list, proto: bytes, booted: Timestamp) -> resource_pb2.Resource:
+def resource(namespace: str, rtype: str, rid: str, spec: dict | list | str, proto: bytes,
+             booted: Timestamp) -> resource_pb2.Resource:
     return resource_pb2.Resource(
         metadata=resource_pb2.Metadata(
             namespace=namespace,
@@ -238,5 +246,6 @@ def resource(namespace: str, rtype: str, rid: str, spec: dict | list, proto: byt
             created=booted,
             updated=booted,
         ),
-        spec=resource_pb2.Spec(proto_spec=proto, yaml_spec=yaml.safe_dump(spec, sort_keys=False)),
+        spec=resource_pb2.Spec(proto_spec=proto,
+                               yaml_spec=spec if isinstance(spec, str) else yaml.safe_dump(spec, sort_keys=False)),
     )

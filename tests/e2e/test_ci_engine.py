@@ -151,6 +151,14 @@ def test_a_region_made_with_the_old_type_names_keeps_every_resource(regions):
     bad = [(s["op"], s["urn"].rsplit("::", 1)[-1]) for s in plan.get("steps", []) if s["op"] not in ("same", "update")
            and not (s["op"] == "create" and s["urn"].rsplit("::", 1)[-1] not in had)]
     assert bad == [], bad  # no replace, no delete, nothing it had created anew: the aliases carry each over
+    # The zone's provider keeps a known kubeconfig (its Kubeconfig is unchanged: the preview lists no
+    # step for it; CaRotation comes in between without a change) and only gains clusterIdentifier,
+    # which updates it in place.
+    kind = lambda s: s["urn"].split("::")[2].rsplit("$", 1)[-1]  # noqa: E731
+    assert {s["op"] for s in plan["steps"] if kind(s) == "pulumi-python:dynamic/talos:Kubeconfig"} <= {"same"}
+    providers = [(s["op"], s.get("diffReasons")) for s in plan["steps"]
+                 if kind(s) == "pulumi:providers:kubernetes" and "-k8s" in s["urn"]]
+    assert providers == [("update", ["clusterIdentifier"])], providers
     before = calls([R1_NODE])
     r1.up()
     assert mutating(before, [R1_NODE]) == {}  # not one Talos call that changes the node

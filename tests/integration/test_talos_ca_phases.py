@@ -4,8 +4,8 @@ hand, NO_REBOOT, one node at a time: accept the new CA (machine.acceptedCAs), sw
 the drop, new ones from the accept on (with the old server CA) and with the new PKI from the
 swap on; no node reboots. Addresses 127.0.42.21-22 are this module's own.
 
-(The orchestration of these phases by `pulumi up` is not implemented; this proves the emulator
-answers them as Talos does, which that orchestration needs.)"""
+(This proves the emulator answers the phases as Talos does, patched by hand; their orchestration
+is tests/integration/test_ca_rotation_lab.py, through `pulumi up` tests/e2e/test_backup_engine.py.)"""
 
 from __future__ import annotations
 

@@ -16,6 +16,7 @@ from pulumi.runtime import rpc
 from kontinuum.talos import machineconfig as mc
 from kontinuum.talos import secrets, talosconfig
 from providers.bootstrap import Bootstrap, BootstrapProvider
+from providers.ca_rotation import CaRotation
 from providers.cluster_health import ClusterHealth, ClusterHealthProvider
 from providers.config_apply import ConfigApply, ConfigApplyProvider
 from providers.kubeconfig import Kubeconfig, KubeconfigProvider
@@ -250,10 +251,13 @@ def test_resources_mark_secrets_and_pickle_stateless_providers(monkeypatch, tc, 
     Bootstrap("b", address=ADDRESS, talosconfig=tc)
     Kubeconfig("k", address=ADDRESS, talosconfig=tc)
     ClusterHealth("h", address=ADDRESS, talosconfig=tc, control_plane_nodes=[ADDRESS])
+    CaRotation("r", cluster_name="t", rotate_tokens={"talos": "1"}, secrets_yaml="x", retiring_yaml="",
+               talosconfig=tc, nodes=[{"address": ADDRESS, "controlPlane": True}], k8s_endpoint=f"https://{ADDRESS}:6443")
 
     secret = {name: set(opts.additional_secret_outputs) for name, (_, _, opts) in seen.items()}
     assert secret == {
-        "s": {"secretsYaml", "talosconfig", "importYaml"},
+        "s": {"secretsYaml", "talosconfig", "importYaml", "retiringYaml"},
+        "r": {"secretsYaml", "talosconfig", "retiringYaml"},
         "c": {"config", "talosconfig", "hubKubeconfig"},
         "b": {"talosconfig"},
         "k": {"kubeconfig", "talosconfig", "secretsYaml"},
