@@ -346,14 +346,14 @@ class ClusterRunner:
                         raise
             elif (existing.metadata.annotations or {}).get(kwok.MANAGED_ANNOTATION) != self.name:
                 self._annotate(core, member.hostname, {kwok.MANAGED_ANNOTATION: self.name})
-            if address not in self._registered and existing is not None and kubelets.rejoin(leases, member.hostname):
+            if address not in self._registered and existing is not None and kubelets.rejoin(core, leases, member.hostname):
                 log.info("cluster %s: Node %s (%s) is back; kwok plays its kubelet again", self.name, member.hostname, address)
             self._registered[address] = member.hostname
         for address in [a for a in self._registered if a not in holding]:
             # The machine left (reset): its kubelet stops; the Node stays, unrenewed (lab/kubelets.py).
             name = self._registered.pop(address)
             if name in nodes:
-                kubelets.leave(core, leases, name)
+                kubelets.leave(leases, name)
                 log.info("cluster %s: Node %s (%s) left; no kubelet renews it now", self.name, name, address)
         static_pods.reconcile(core, current.values(), nodes)
         self._reconcile_cni(core, nodes)

@@ -99,7 +99,7 @@ def node_manifest(member: MemberInfo, *, cluster: str, cidr: str, allow_scheduli
 
 
 
-def leave(core: client.CoreV1Api, leases: client.CoordinationV1Api, name: str) -> None:
+def leave(leases: client.CoordinationV1Api, name: str) -> None:
     """The machine behind Node `name` went away: no kubelet renews its Lease from now on."""
     try:
         leases.patch_namespaced_lease(name, LEASE_NAMESPACE, {"spec": {
@@ -107,15 +107,12 @@ def leave(core: client.CoreV1Api, leases: client.CoordinationV1Api, name: str) -
     except client.ApiException as e:
         if e.status != 404:  # no Lease (never played, or deleted with its Node): nothing renews it
             raise
-    try:  # its Cilium agent went with it: a fresh kubelet reports the network not ready
-        core.patch_node(name, {"metadata": {"annotations": {kwok.CNI_READY_ANNOTATION: None}}},
-                        _request_timeout=REQUEST_TIMEOUT)
-    except client.ApiException as e:
-        if e.status != 404:
-            raise
+    # The Node itself stays as it was (Ready until the controller says Unknown): were it changed
+    # now, kwok might still act on it before it sees the Lease go, and the controller marks pods
+    # not Ready only on a Ready → not-Ready transition.
 
 
-def rejoin(leases: client.CoordinationV1Api, name: str) -> bool:
+def rejoin(core: client.CoreV1Api, leases: client.CoordinationV1Api, name: str) -> bool:
     """Let the Lease of a Node whose machine is back go, so kwok takes it; True if it was held."""
     try:
         lease = leases.read_namespaced_lease(name, LEASE_NAMESPACE, _request_timeout=REQUEST_TIMEOUT)
@@ -125,6 +122,9 @@ def rejoin(leases: client.CoordinationV1Api, name: str) -> bool:
         return False
     if lease.spec.holder_identity != LEFT_HOLDER:
         return False
+    # Its Cilium agent went with the machine: the fresh kubelet reports the network not ready.
+    core.patch_node(name, {"metadata": {"annotations": {kwok.CNI_READY_ANNOTATION: None}}},
+                    _request_timeout=REQUEST_TIMEOUT)
     leases.patch_namespaced_lease(name, LEASE_NAMESPACE, {"spec": {
         "holderIdentity": None, "leaseDurationSeconds": kwok.LEASE_SECONDS}}, _request_timeout=REQUEST_TIMEOUT)
     return True

@@ -63,8 +63,12 @@ def tools_bin() -> Path:
         pytest.fail(f"pinned tools missing from {bin_dir}: {', '.join(missing)}; run `make tools`")
     # The pinned upstream charts and CRDs where stacks/Pulumi.lab.yaml names them (as `lab up` links them).
     from lab import upstream
+    from lab.acme import ensure_ca
 
     upstream.link(ROOT / ".state" / "lab" / "upstream")
+    # stacks/Pulumi.lab.yaml's hub.acme.caBundleFile: the lab ACME CA, which a lab with an ACME
+    # server makes on first use; a fresh clone's first modules may run labs without one.
+    ensure_ca(ROOT / ".state" / "lab" / "acme")
     mp = pytest.MonkeyPatch()
     mp.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     yield bin_dir

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from lab import acme as acme_ca, upstream
+from lab import upstream
 from lab.pulumi_cli import ROOT
 
 LAB_STACK = ROOT / "stacks" / "Pulumi.lab.yaml"
@@ -60,7 +60,4 @@ def lab_stack_config(state: Path) -> dict:
                                         "caBundle": Path(acme["caBundle"]).read_text()}
     else:
         addons["certManager"] = {"chart": {"path": str(STANDIN_CERT_MANAGER_CHART)}}
-        # hub.acme.caBundleFile names the lab ACME CA that `lab up` with an ACME server makes; on a
-        # fresh clone this lab may be the first, so make it here (once, under its lock).
-        acme_ca.ensure_ca(ROOT / Path(cfg["kontinuum:hub"]["acme"]["caBundleFile"]).parent)
     return cfg
