@@ -27,30 +27,13 @@ SHARED_ADDRESSES = {
     "net44": ("e2e/test_ci_engine.py", "e2e/test_shared_backend_engine.py"),
 }
 GROUP_OF = {module: group for group, modules in SHARED_ADDRESSES.items() for module in modules}
-# Longest groups first (wall minutes in the last full runs), then the other e2e, integration and
-# unit modules: `make test` passes --no-loadscope-reorder, so workers take groups in this order and
-# a long group never starts last (xdist's own order is by number of tests).
-LONGEST_FIRST = ("lab33", "e2e/test_kills_engine.py", "net43", "net44", "net41", "net42", "net21", "net40",
-                 "e2e/test_real_issuance_engine.py")
-KIND_ORDER = ("e2e", "integration", "unit")
-
-
-def _rank(module: str, group: str) -> tuple[int, int]:
-    if group in LONGEST_FIRST:
-        return 0, LONGEST_FIRST.index(group)
-    kind = module.split("/", 1)[0]
-    return 1 + (KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER)), 0
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns the marker into the item's group
 def pytest_collection_modifyitems(items):
-    ranks = {}
     for item in items:
         module = Path(item.fspath).resolve().relative_to(ROOT / "tests").as_posix()
-        group = GROUP_OF.get(module, module)
-        item.add_marker(pytest.mark.xdist_group(group))
-        ranks[item.nodeid] = _rank(module, group)
-    items.sort(key=lambda item: ranks[item.nodeid])  # stable: a module's tests keep their order
+        item.add_marker(pytest.mark.xdist_group(GROUP_OF.get(module, module)))
 
 
 @pytest.fixture(scope="session")
