@@ -124,6 +124,22 @@ def etcd_members(stack) -> list[str]:
 # --- scaling up ----------------------------------------------------------------------------------
 
 
+
+def up_killed_once(stack, log_name: str, never: str, happened, timeout: float = 180) -> None:
+    """Start `pulumi up`, SIGKILL it (and its plugins) as soon as `happened()`; `never` is the
+    failure when it does not within `timeout` or the up ends first."""
+    proc = up_in_background(stack, stack.state_dir.parent / log_name)
+    try:
+        deadline = time.monotonic() + timeout
+        while not happened():
+            assert proc.poll() is None, proc.stdout.read()[-3000:]
+            assert time.monotonic() < deadline, never
+            time.sleep(0.1)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        kill_strays(ROOT, stack.state_dir)
+
 def test_zone_with_one_control_plane_comes_up(d2):
     stack, _ = d2
     stack.up()
@@ -233,18 +249,10 @@ def test_killed_mid_rollout_converges_without_upgrading_a_node_twice(d2):
     for a in ORDER:
         control.set_faults(a, reboot_delay=3.0)  # a window to land the kill in
     start = log_of()[-1]["seq"]
-    log = stack.state_dir.parent / "kill-events.jsonl"
-    proc = up_in_background(stack, log)
     try:
-        deadline = time.monotonic() + 180
-        while not any(e["event"] == "reboot" and e["node"] == CPS[1] and e["seq"] > start for e in log_of([CPS[1]])):
-            assert proc.poll() is None, proc.stdout.read()[-3000:]
-            assert time.monotonic() < deadline, "the second control plane never rebooted"
-            time.sleep(0.1)
+        up_killed_once(stack, "kill-events.jsonl", "the second control plane never rebooted", lambda: any(
+            e["event"] == "reboot" and e["node"] == CPS[1] and e["seq"] > start for e in log_of([CPS[1]])))
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-        kill_strays(ROOT, stack.state_dir)
         for a in ORDER:
             control.set_faults(a, reboot_delay=1.0)
     stack.up()
@@ -311,18 +319,9 @@ def test_kubernetes_upgrade_killed_mid_rollout_converges_without_applying_a_comp
     configure(d2, zone(3, "v1.13.3", kubernetesVersion=K8S_KILLED))
     start = log_of()[-1]["seq"]
     before = calls()
-    proc = up_in_background(stack, stack.state_dir.parent / "k8s-kill-events.jsonl")
-    try:
-        deadline = time.monotonic() + 180
-        # after the first control plane's apiserver moved, long before the rollout ends
-        while not [e for e in log_of([CPS[0]]) if e["seq"] > start and e["event"] == "static-pod"]:
-            assert proc.poll() is None, proc.stdout.read()[-3000:]
-            assert time.monotonic() < deadline, "the first control plane's apiserver never moved"
-            time.sleep(0.1)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-        kill_strays(ROOT, stack.state_dir)
+    # after the first control plane's apiserver moved, long before the rollout ends
+    up_killed_once(stack, "k8s-kill-events.jsonl", "the first control plane's apiserver never moved", lambda: any(
+        e["seq"] > start and e["event"] == "static-pod" for e in log_of([CPS[0]])))
     killed_at = log_of()[-1]["seq"]
     before_kill = k8s_changes([e for e in log_of() if start < e["seq"] <= killed_at])
     assert [c for _, c, _ in before_kill][:1] == ["kube-apiserver"] and len(before_kill) < 3 * len(CPS) + len(ORDER)

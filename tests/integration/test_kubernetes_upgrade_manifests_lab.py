@@ -12,7 +12,6 @@ Addresses 127.0.49.8-15 are this module's own."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 import yaml
@@ -20,11 +19,12 @@ from kubernetes import client, config as kconfig
 
 from kontinuum.lifecycle import kubernetes_upgrade as ku
 from kontinuum.talos import machineconfig as mc
-from kontinuum.talos import secrets, talosconfig
+from kontinuum.talos import secrets
 from kontinuum.talos.client import TalosClient
 from lab.clusters import ClusterManager
 from lab.process import wait_until
 from lab.talos_node import Lab
+from tests.integration.test_kubernetes_upgrade_lab import CNI_AGENT, talos, tools  # noqa: F401 - tools: a fixture
 
 T = 10
 CP, WORKER = "127.0.49.9", "127.0.49.10"
@@ -32,12 +32,6 @@ OLD, NEW = "1.35.4", "1.35.5"
 PROXY = "registry.k8s.io/kube-proxy"
 
 
-@pytest.fixture(scope="module")
-def tools(tools_bin: Path) -> Path:
-    missing = [t for t in ("etcd", "kube-apiserver", "kwok") if not (tools_bin / t).exists()]
-    if missing:
-        pytest.fail(f"pinned tools missing from {tools_bin}: {', '.join(missing)}; run `make tools`")
-    return tools_bin
 
 
 def render(version: str, bundle, pool: str = "controlplane") -> str:
@@ -50,19 +44,6 @@ def render(version: str, bundle, pool: str = "controlplane") -> str:
     return yaml.safe_dump_all(docs, sort_keys=False)
 
 
-def talos(bundle, address: str) -> TalosClient:
-    cert = talosconfig.issue_client_cert(bundle.os)
-    return TalosClient.from_talosconfig(talosconfig.parse(talosconfig.render("lab", [address], [address], bundle.os.crt, cert)))
-
-
-LABELS = {"app.kubernetes.io/part-of": "cilium", "k8s-app": "cilium"}
-CNI_AGENT = {
-    "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "cilium", "labels": LABELS},
-    "spec": {"selector": {"matchLabels": LABELS}, "template": {"metadata": {"labels": LABELS}, "spec": {
-        "hostNetwork": True, "automountServiceAccountToken": False, "tolerations": [{"operator": "Exists"}],
-        "containers": [{"name": "agent", "image": "quay.io/cilium/cilium:v1.18.4"}]}}}}
-
-
 def proxy_ds(apps: client.AppsV1Api):
     try:
         return apps.read_namespaced_daemon_set("kube-proxy", "kube-system", _request_timeout=T)
@@ -72,7 +53,8 @@ def proxy_ds(apps: client.AppsV1Api):
         raise
 
 
-def test_prepull_then_manifest_sync_moves_kube_proxy_only_at_the_manifest_step(tools, tmp_path):
+@pytest.mark.usefixtures("tools")
+def test_prepull_then_manifest_sync_moves_kube_proxy_only_at_the_manifest_step(tmp_path):
     bundle = secrets.generate()
     with Lab(pool="127.0.49.8/29", reboot_delay=0.1) as lab, \
             ClusterManager(lab.clusters, tmp_path / "clusters", standins=False, runner_poll=0.5):
