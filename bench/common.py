@@ -527,10 +527,12 @@ def write_config(stack: Stack, config: dict) -> None:
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
-def lab_addon_defaults(timeouts: dict | None = None) -> dict:
-    """The lab stack's zone defaults (stacks/Pulumi.lab.yaml), with absolute chart paths since
-    the bench project lives outside the repo."""
+def lab_addon_defaults(acme_ca: Path, timeouts: dict | None = None) -> dict:
+    """The lab stack's hub and zone defaults (stacks/Pulumi.lab.yaml), with absolute chart paths
+    since the bench project lives outside the repo, and `acme_ca` (the CA of the ACME server the
+    bench's lab runs) as the ACME CA bundle file."""
     lab = yaml.safe_load((ROOT / "stacks" / "Pulumi.lab.yaml").read_text())["config"]
+    lab["kontinuum:hub"]["acme"]["caBundleFile"] = str(acme_ca)
     defaults = lab["kontinuum:defaults"]
     addons = defaults["addons"]
     addons["cilium"]["chart"]["path"] = str(ROOT / addons["cilium"]["chart"]["path"])

@@ -215,7 +215,7 @@ class ZoneStack:
 
 def zone_stack_config(lab: BenchLab, zones: int) -> dict:
     cfg = {"kontinuum:region": "bench", "kontinuum:hubKubeconfigFile": str(lab.hub_kubeconfig),
-           **common.lab_addon_defaults()}
+           **common.lab_addon_defaults(Path(lab.status["acme"]["caBundle"]))}
     cfg["kontinuum:zones"] = [{"zone": common.zone_name(i), "talosAddresses": [lab.addresses[i]]}
                               for i in range(zones)]
     return cfg
