@@ -153,6 +153,34 @@ class BenchLab:
                 done[name] = t
         return {n: done[n] - start[n] for n in done}
 
+    def cert_manager_times(self) -> dict[str, dict[str, float]]:
+        """Per cluster, when (time.time()) the real cert-manager did its parts, from the lab's logs:
+        `webhook` started, its API `works` (the startupapicheck stand-in's dry run admitted), and
+        the zone's Certificate `ready` (cert-manager's own log: Ready set True)."""
+        out: dict[str, dict[str, float]] = {}
+        try:
+            text = self.supervisor_log.read_text(errors="replace")
+        except OSError:
+            return {}
+        for line in text.splitlines():
+            m = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ [\w.]+: cluster (\S+?):? (.*)", line)
+            if not m:
+                continue
+            t = dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            if m.group(3).startswith("started cert-manager webhook"):
+                out.setdefault(m.group(2), {}).setdefault("webhook", t)
+            elif "cert-manager's API works" in m.group(3):
+                out.setdefault(m.group(2), {}).setdefault("works", t)
+        year = dt.datetime.now().year
+        for name in out:
+            for log in (self.state_dir / "clusters").glob(f"{name}-*/logs/cert-manager-controller.log"):
+                for line in log.read_text(errors="replace").splitlines():
+                    if 'condition="Ready"' in line and 'status="True"' in line and "certificate=" in line:
+                        # klog stamps local time without the year, as the supervisor log does with it
+                        out[name]["ready"] = dt.datetime.strptime(f"{year}{line[1:21]}", "%Y%m%d %H:%M:%S.%f").timestamp()
+                        break
+        return out
+
 
 class ReadyzWatcher:
     """The lab's side of the kubeconfig phase: when each zone's kube-apiserver (the lab's, on

@@ -36,6 +36,7 @@ class Session:
     zone_times: dict = field(default_factory=dict)
     floor: dict = field(default_factory=dict)
     cp_starts: dict = field(default_factory=dict)
+    cert_manager: dict = field(default_factory=dict)  # cluster -> {"webhook"|"works"|"ready": time.time()}
     lab_up_seconds: float | None = None
     apiserver_serving: dict = field(default_factory=dict)  # zone -> time.time() its apiserver first answered HTTP
     apiserver_ready: dict = field(default_factory=dict)  # zone -> time.time() its /readyz first answered 200
@@ -88,6 +89,7 @@ def session(ctx, k: int, run: int, *, keep: bool = False) -> Session:
             s.lab_idle_cores = lab.cpu_cores(LAB_IDLE_SECONDS)
         s.zone_times = phases.zone_times(s.up.events, "bench")
         s.cp_starts = lab.control_plane_starts()
+        s.cert_manager = lab.cert_manager_times()
         try:
             s.floor = {"reboot_delay": lab.reboot_delay()}
         except OSError as e:
@@ -215,10 +217,11 @@ def run(ctx) -> Section:
     else:
         sec.not_measured(f"t({hi})/t({lo}): needs a successful run of both sizes")
 
-    for k in ctx.zone_sizes:
-        good = [s for s in by_size.get(k, []) if s.ok]
-        if good:
-            phase_table(sec, k, good)
+    floor_sums = {k: phase_table(sec, k, good) for k in ctx.zone_sizes
+                  if (good := [s for s in by_size.get(k, []) if s.ok])}
+    if lo in floor_sums and hi in floor_sums and floor_sums[lo]:
+        sec.row(f"the lab floor's own growth: sum of the phase floors at {hi} zones / at {lo} "
+                f"({floor_sums[hi]:.1f} s / {floor_sums[lo]:.1f} s)", f"{floor_sums[hi] / floor_sums[lo]:.2f}")
     detail = next((s for k in ctx.zone_sizes for s in by_size.get(k, []) if s.ok), None)
     if detail is not None:
         zt = detail.zone_times[sorted(detail.zone_times)[0]]
@@ -260,7 +263,8 @@ def run(ctx) -> Section:
     return sec
 
 
-def phase_table(sec: Section, k: int, sessions: list[Session]) -> None:
+def phase_table(sec: Section, k: int, sessions: list[Session]) -> float:
+    """The k-zone phase table; returns the sum of its phase floors (what the lab alone takes)."""
     incs: dict[str, list[float]] = {p: [] for p in phases.PHASE_NAMES}
     busy: dict[str, list[float]] = {p: [] for p in phases.PHASE_NAMES}
     for s in sessions:
@@ -273,7 +277,16 @@ def phase_table(sec: Section, k: int, sessions: list[Session]) -> None:
     api = [s.apiserver_serving[z] - zt.ends["bootstrap"] for s in sessions for z, zt in s.zone_times.items()
            if z in s.apiserver_serving and "bootstrap" in zt.ends]
     reboot = next((s.floor["reboot_delay"] for s in sessions if "reboot_delay" in s.floor), 1.0)
-    floors = phases.lab_floor(reboot, statistics.median(api) if api else None)
+    # cert-manager's phase: its webhook's start; downstream: the Certificate's issuance (per zone).
+    cm_start = [t["works"] - t["webhook"] for s in sessions for t in s.cert_manager.values()
+                if "works" in t and "webhook" in t]
+    issued = [s.cert_manager[f"bench-{z}"]["ready"] - created for s in sessions for z, zt in s.zone_times.items()
+              if "ready" in s.cert_manager.get(f"bench-{z}", {})
+              for created in [next((b for ph, name, _, b in zt.steps if name == "certificate"), None)]
+              if created is not None]
+    floors = phases.lab_floor(reboot, statistics.median(api) if api else None,
+                              statistics.median(cm_start) if cm_start else None,
+                              statistics.median(issued) if issued else None)
     rows, misses = [], []
     for p, label in phases.PHASES:
         if not incs[p]:
@@ -300,6 +313,7 @@ def phase_table(sec: Section, k: int, sessions: list[Session]) -> None:
                     + ", ".join(misses))
     elif rows:
         sec.verdict(True, f"{k} zone(s): every phase with a non-zero floor within {AIM_OVERHEAD:.0%}")
+    return sum(f for f, _ in floors.values() if f is not None)
 
 
 def cleanup(ctx) -> None:
