@@ -57,7 +57,7 @@ from lab.cluster_health import (
 from lab.flux_operator import OperatorRunner
 from lab.controlplane import ControlPlane
 from lab.process import Managed
-from lab.standins.loop import REQUEST_TIMEOUT, api_client, describe
+from lab.standins.loop import REQUEST_TIMEOUT, RevisionGate, api_client, describe
 from lab.talos_node import manifests as talos_manifests
 from lab.talos_node.cluster import ClusterRegistry, HealthQuery
 from lab.talos_node.node import EmulatedNode
@@ -105,6 +105,7 @@ class ClusterRunner:
         self.cert_manager: CertManager | None = None
         self.service_proxy: service_proxy.ServiceProxy | None = None
         self.zone_dns: ZoneDns | None = None
+        self._objects_moved = RevisionGate()
         self.address = self._bind_address()
         self.generation = registry.state(key).generation  # the bootstrap this runner serves
         self.state = "starting"
@@ -303,16 +304,22 @@ class ClusterRunner:
         except Exception as e:  # noqa: BLE001 - retried on the next tick
             log.warning("cluster %s: restarting the control plane on the new CA failed, retrying: %s", self.name,
                         describe(e))
+        # The passes that follow the cluster's objects only (CNI marks, the pod network, Flux's and
+        # cert-manager's processes, the zone's DNS) run when the cluster was written to since the
+        # last tick, or a few seconds went by; those that follow the machines run every tick.
+        moved = self._api is not None and self._objects_moved.moved(self._api)
         try:
             if self.kwok is not None and not self.kwok.running():
                 log.warning("cluster %s: kwok exited; restarting it. Last lines:\n%s", self.name, self.kwok.tail())
                 self.kwok = kwok.start(self.workdir, self.kubeconfig_path, cluster=self.name,
                                        node_ip=self.host.address, pod_cidr=self.config.pod_subnet)
-            self._reconcile_nodes()
+            self._reconcile_nodes(objects_moved=moved)
         except Exception as e:  # noqa: BLE001 - retried on the next tick
             log.warning("cluster %s: reconcile failed, retrying: %s", self.name, describe(e))
+        if not moved:
+            return
         for part in (self.cert_manager, self.zone_dns):
-            if part is None or self._api is None:
+            if part is None:
                 continue
             try:
                 part.reconcile(self._api)
@@ -323,7 +330,7 @@ class ClusterRunner:
         """Nodes of this cluster whose kubelet would be up: configured with its config."""
         return [n for n in self.registry.nodes_of(self.key) if n.mode == "configured" and n.config is not None]
 
-    def _reconcile_nodes(self) -> None:
+    def _reconcile_nodes(self, objects_moved: bool = True) -> None:
         assert self._api is not None
         core = client.CoreV1Api(self._api)
         nodes = {n.metadata.name: n for n in core.list_node(_request_timeout=REQUEST_TIMEOUT).items}
@@ -356,10 +363,11 @@ class ClusterRunner:
                 kubelets.leave(leases, name)
                 log.info("cluster %s: Node %s (%s) left; no kubelet renews it now", self.name, name, address)
         static_pods.reconcile(core, current.values(), nodes)
-        self._reconcile_cni(core, nodes)
-        pod_network.reconcile(core, nodes, kube_proxy=self.config.kube_proxy)  # seed 002: host-network clients of the Service ClusterIP
-        if self.flux is not None:
-            self.flux.reconcile(core)
+        if objects_moved:
+            self._reconcile_cni(core, nodes)
+            pod_network.reconcile(core, nodes, kube_proxy=self.config.kube_proxy)  # seed 002: host-network clients of the Service ClusterIP
+            if self.flux is not None:
+                self.flux.reconcile(core)
         # Talos's ManifestApplyController on a control plane: the bootstrap manifests' missing objects.
         cps = sorted((n for n, m in current.values() if m.control_plane), key=lambda n: n.address)
         if cps:

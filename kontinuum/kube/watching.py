@@ -66,8 +66,9 @@ class Waker:
     A kubeconfig that cannot be read, or a watch the server refuses, leaves the loop exactly as
     it was before watches existed: pausing the full interval."""
 
-    def __init__(self, *watched: tuple[str, Source]):
+    def __init__(self, *watched: tuple[str, Source], watch_seconds: int = WATCH_SECONDS):
         self._watched = [w for w in watched if w[0]]
+        self._watch_seconds = watch_seconds
         self._changed = threading.Event()
         self._stopped = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -87,6 +88,10 @@ class Waker:
         with self._lock:
             for w in self._streams:
                 w.stop()
+
+    def wake(self) -> None:
+        """End the current (or next) pause at once."""
+        self._changed.set()
 
     def pause(self, seconds: float) -> bool:
         """Sleep up to `seconds`; True when woken by a change. Bounded like the sleep it replaces."""
@@ -109,8 +114,8 @@ class Waker:
                 with self._lock:
                     self._streams.append(stream)
                 try:
-                    for _event in stream.stream(list_call, *source.args, timeout_seconds=WATCH_SECONDS,
-                                                _request_timeout=(CONNECT_TIMEOUT, WATCH_SECONDS + 5),
+                    for _event in stream.stream(list_call, *source.args, timeout_seconds=self._watch_seconds,
+                                                _request_timeout=(CONNECT_TIMEOUT, self._watch_seconds + 5),
                                                 **source.kwargs):
                         self._changed.set()
                         if self._stopped.is_set():

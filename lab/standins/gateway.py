@@ -30,6 +30,7 @@ from pathlib import Path
 
 from kubernetes import client
 
+from kontinuum.kube import watching
 from kontinuum.talos import pki
 from lab.standins import cilium_crds, gateway_model as m
 from lab.standins.gateway_http import DataPlane
@@ -73,10 +74,11 @@ class GatewayStandin(PollingStandin):
 
     name = "gateway"
 
-    def __init__(self, kubeconfig: str | Path, *, interval: float = 1.0, cluster: str = "zone",
+    def __init__(self, kubeconfig: str | Path, *, interval: float = 5.0, cluster: str = "zone",
                  crds: list[dict] | None = None):
-        super().__init__(interval)
+        super().__init__(interval)  # a fallback: every object it reads is watched
         self.cluster = cluster
+        self._kubeconfig = kubeconfig.read_text() if isinstance(kubeconfig, Path) else kubeconfig
         self.api = api_client(kubeconfig)
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
@@ -112,6 +114,13 @@ class GatewayStandin(PollingStandin):
         return [self.api.sanitize_for_serialization(o) for o in objs]
 
     # -- the loop ------------------------------------------------------------------------------
+
+    def watched(self) -> list[tuple[str, watching.Source]]:
+        core = [("list_config_map_for_all_namespaces", {"field_selector": "metadata.name=cilium-config"}),
+                ("list_node", {}), ("list_service_for_all_namespaces", {})]
+        custom = [(*GW, "gatewayclasses"), (*GW, "gateways"), (*GW, "httproutes"), POOLS, POLICIES]
+        return ([(self._kubeconfig, watching.Source(client.CoreV1Api, method, (), kwargs)) for method, kwargs in core]
+                + [(self._kubeconfig, watching.custom_objects(*c)) for c in custom])
 
     def poll(self) -> None:
         cfg = self._cilium_config()

@@ -104,3 +104,28 @@ def test_upstream_charts_install_through_pulumi_kubernetes(apiserver, api, tmp_p
         assert cfg.metadata.annotations["cert-manager.io/inject-ca-from-secret"] == "cert-manager/cert-manager-webhook-ca"
         assert {(w.client_config.service.namespace, w.client_config.service.name) for w in cfg.webhooks} == {
             ("cert-manager", "cert-manager-webhook")}
+
+
+def test_cert_manager_controller_config_keys_exist_upstream():
+    """Every ControllerConfiguration key our cert-manager values set is a field of the pinned
+    upstream type (a misspelt key would only show as a controller that refuses its config)."""
+    from kontinuum_components import addons
+
+    art = upstream.ARTIFACTS["cert-manager"]
+    types = (upstream.module_dir(art.module, art.version) / "pkg/apis/config/controller/v1alpha1/types.go").read_text()
+    config = addons.cert_manager_values({})["config"]
+    assert config["acmeDNS01Config"]["checkRetryPeriod"] == "2s"
+
+    def keys(value: dict, path: str = ""):
+        for k, v in value.items():
+            if k in ("apiVersion", "kind"):
+                continue
+            yield f"{path}{k}"
+            if isinstance(v, dict):
+                yield from keys(v, f"{path}{k}.")
+
+    for key in keys(config):
+        assert f'json:"{key.rsplit(".", 1)[-1]},' in types or f'json:"{key.rsplit(".", 1)[-1]}"' in types, key
+    # An operator's value wins over ours.
+    assert addons.cert_manager_values({"config": {"acmeDNS01Config": {"checkRetryPeriod": "30s"}}})[
+        "config"]["acmeDNS01Config"]["checkRetryPeriod"] == "30s"

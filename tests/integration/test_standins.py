@@ -193,3 +193,22 @@ def test_kontinuum_server_heartbeats_only_with_the_matching_identity(api, kubeco
     server2.close()
     assert server2.state.phase == "rejected"
     assert _kontinuum(custom, name)["status"]["heartbeat"] == stale
+
+
+# -- the revision gate of the lab's object-driven passes -------------------------------------
+
+
+def test_revision_gate_moves_on_a_write_and_after_its_stale_bound(api):
+    from lab.standins.loop import RevisionGate
+
+    now = [0.0]
+    gate = RevisionGate(stale=5.0, clock=lambda: now[0])
+    assert gate.moved(api)  # the first pass always runs
+    assert not gate.moved(api)  # nothing was written
+    client.CoreV1Api(api).create_namespaced_config_map(NS, {"metadata": {"generateName": "gate-"}}, _request_timeout=T)
+    assert gate.moved(api)
+    assert not gate.moved(api)
+    now[0] = 5.0
+    assert gate.moved(api)  # a pass at least every `stale` seconds, written to or not
+    broken = client.ApiClient(client.Configuration(host="https://127.0.0.1:1"))
+    assert gate.moved(broken)  # no answer: the pass runs and reports
