@@ -236,9 +236,10 @@ class TreeSampler:
 
     PSS_EVERY = 10
 
-    def __init__(self, root: int | None = None, roots=None, every: float = SAMPLE_EVERY):
+    def __init__(self, root: int | None = None, roots=None, every: float = SAMPLE_EVERY, pss: bool = True):
         self._roots = roots or (lambda: [root])
         self.every = every
+        self.pss = pss
         self.peak = 0
         self.peak_pss = 0
         self.peak_breakdown: dict[str, int] = {}
@@ -265,7 +266,7 @@ class TreeSampler:
         count: dict[str, int] = {}
         total = 0
         pss = 0
-        with_pss = self.samples % self.PSS_EVERY == 0
+        with_pss = self.pss and self.samples % self.PSS_EVERY == 0
         for pid in pids:
             rss = _rss(pid)
             if not rss:
@@ -417,10 +418,13 @@ class Run:
 
 
 def timed_pulumi(stack: Stack, *args: str, timeout: float, event_log: Path | None = None,
-                 extra_env: dict[str, str] | None = None, profile: Path | None = None) -> Run:
+                 extra_env: dict[str, str] | None = None, profile: Path | None = None,
+                 sample_every: float = SAMPLE_EVERY) -> Run:
     """Run the pinned engine through tools/pulumi in its own session, sample its tree's RSS,
     follow its event log, and take wall and rusage figures. Kills the tree on timeout.
-    With `profile` (a directory), also profile the engine and the Python program there."""
+    With `profile` (a directory), also profile the engine and the Python program there.
+    Sampling reads /proc of every process; where the tree's memory is not the figure, a longer
+    `sample_every` keeps the bench's own CPU off the machine it measures."""
     argv = [str(WRAPPER), *args, "--non-interactive"]
     if profile is not None:
         shutil.rmtree(profile, ignore_errors=True)
@@ -445,7 +449,7 @@ def timed_pulumi(stack: Stack, *args: str, timeout: float, event_log: Path | Non
     with open(out_path, "w") as out, open(err_path, "w") as err:
         proc = subprocess.Popen(argv, cwd=stack.project_dir, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=err, start_new_session=True)
-        sampler = TreeSampler(proc.pid).start()
+        sampler = TreeSampler(proc.pid, every=sample_every, pss=sample_every == SAMPLE_EVERY).start()
         spy = None
         if profile is not None:
             from bench.profile import ProgramSpy

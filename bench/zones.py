@@ -72,7 +72,7 @@ def session(ctx, k: int, run: int, *, keep: bool = False) -> Session:
         readyz = labctl.ReadyzWatcher(lab.addresses[:k]).start()
         try:
             s.up = common.timed_pulumi(zs.stack, "up", "--yes", "--skip-preview", timeout=UP_TIMEOUT,
-                                       event_log=work / "events.jsonl")
+                                       event_log=work / "events.jsonl", sample_every=1.0)
         finally:
             readyz.stop()
         for i, a in enumerate(lab.addresses[:k]):
