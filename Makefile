@@ -30,7 +30,7 @@ debs:
 TEST_WORKERS ?= 3
 
 test: venv tools debs
-	$(RUN) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30 tests
+	$(RUN) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=30 tests
 
 test-unit: venv
 	$(PY) -m pytest tests/unit
