@@ -137,21 +137,24 @@ class BenchLab:
     def reboot_delay(self) -> float:
         return float(self.node_state(self.addresses[0])["faults"]["reboot_delay"])
 
+    def _cluster_lines(self):
+        """(time.time(), cluster, rest) of each `cluster <name>: …` line of the supervisor log."""
+        try:
+            text = self.supervisor_log.read_text(errors="replace")
+        except OSError:
+            return
+        for line in text.splitlines():
+            m = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ [\w.]+: cluster (\S+)(.*)", line)
+            if m:
+                t = dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+                yield t, m.group(2).rstrip(":"), m.group(3).strip()
+
     def control_plane_starts(self) -> dict[str, float]:
         """Seconds each cluster's control plane took to start, from the supervisor log:
         'bootstrapped; starting its control plane' → 'control plane at … running'."""
         start: dict[str, float] = {}
         done: dict[str, float] = {}
-        try:
-            text = self.supervisor_log.read_text(errors="replace")
-        except OSError:
-            return {}
-        for line in text.splitlines():
-            m = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ [\w.]+: cluster (\S+)(.*)", line)
-            if not m:
-                continue
-            t = dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
-            name, rest = m.group(2).rstrip(":"), m.group(3)
+        for t, name, rest in self._cluster_lines():
             if "bootstrapped; starting its control plane" in rest:
                 start[name] = t
             elif "stand-ins running" in rest and name in start:
@@ -163,19 +166,11 @@ class BenchLab:
         `webhook` started, its API `works` (the startupapicheck stand-in's dry run admitted), and
         the zone's Certificate `ready` (cert-manager's own log: Ready set True)."""
         out: dict[str, dict[str, float]] = {}
-        try:
-            text = self.supervisor_log.read_text(errors="replace")
-        except OSError:
-            return {}
-        for line in text.splitlines():
-            m = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ [\w.]+: cluster (\S+?):? (.*)", line)
-            if not m:
-                continue
-            t = dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
-            if m.group(3).startswith("started cert-manager webhook"):
-                out.setdefault(m.group(2), {}).setdefault("webhook", t)
-            elif "cert-manager's API works" in m.group(3):
-                out.setdefault(m.group(2), {}).setdefault("works", t)
+        for t, name, rest in self._cluster_lines():
+            if rest.startswith("started cert-manager webhook"):
+                out.setdefault(name, {}).setdefault("webhook", t)
+            elif "cert-manager's API works" in rest:
+                out.setdefault(name, {}).setdefault("works", t)
         year = dt.datetime.now().year
         for name in out:
             for log in (self.state_dir / "clusters").glob(f"{name}-*/logs/cert-manager-controller.log"):

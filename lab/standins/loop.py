@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from pathlib import Path
 
 import urllib3
@@ -129,8 +130,6 @@ class RevisionGate:
     that died, a failed pass), or when the probe itself fails."""
 
     def __init__(self, stale: float = 5.0, clock=None):
-        import time
-
         self.stale = stale
         self._clock = clock or time.monotonic
         self._seen: str | None = None
