@@ -286,17 +286,22 @@ class ClusterRunner:
     def _follow_cluster_ca(self) -> None:
         """cluster.ca or cluster.acceptedCAs changed on the hosting control plane (a CA rotation's
         phase, applied without a reboot): restart the control plane on the new chain, as Talos does."""
-        if self.control_plane is None or self.host.config is None:
+        if self.control_plane is None or self.host.config is None or self.ca_settled():
             return
         now = read_cluster_config(self.host.config.raw).pki
-        # Compared with the chain the registry says is served (set only once a restart succeeded),
-        # so a failed restart is tried again on the next tick.
-        if self.registry.k8s_chain(self.key) == now.ca.crt + now.accepted_cas:
-            return
         log.info("cluster %s: the cluster CA chain changed; restarting the apiserver with it", self.name)
         self.control_plane.restart_with(now)
         self.config = read_cluster_config(self.host.config.raw)
         self.registry.set_k8s_chain(self.key, now.ca.crt + now.accepted_cas)
+
+    def ca_settled(self) -> bool:
+        """Whether the apiserver serves the CA chain of the host's config: no restart is pending.
+        The registry's chain is set only once a restart succeeded, so a failed one is tried again."""
+        config = self.host.config
+        if config is None:
+            return True
+        now = read_cluster_config(config.raw).pki
+        return self.registry.k8s_chain(self.key) == now.ca.crt + now.accepted_cas
 
     def _tick(self) -> None:
         try:

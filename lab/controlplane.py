@@ -195,8 +195,10 @@ class ControlPlane:
         cluster CAs, as Talos restarts the control-plane pods when cluster.ca or
         cluster.acceptedCAs change. Rolling, as behind a load balancer: the new apiserver shares
         the port (SO_REUSEPORT) until it is ready, then the old one stops, so the API answers
-        throughout."""
+        throughout. A new apiserver that dies or never gets ready is stopped and the old one keeps
+        serving on the old CAs; the caller tries again (as the kubelet restarts a crashed pod)."""
         old = [p for p in self.processes if p.name != "etcd"]
+        before = (self.pki, self._probe_ctx, self._serving_der)
         self.pki, self._probe_ctx = pki_, None
         self._generation += 1
         self._start_apiserver()
@@ -210,10 +212,14 @@ class ControlPlane:
         try:
             wait_until(f"{self.name}: the restarted kube-apiserver {self.server}/readyz", self._new_ready, timeout,
                        on_fail=alive)
-        finally:
-            for p in old:
-                p.stop()
-                self.processes.remove(p)
+        except BaseException:
+            started.stop()
+            self.processes.remove(started)
+            self.pki, self._probe_ctx, self._serving_der = before
+            raise
+        for p in old:
+            p.stop()
+            self.processes.remove(p)
         if self.controllers:
             self._start_controllers()
 

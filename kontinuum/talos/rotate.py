@@ -4,12 +4,14 @@ Every step reads the truth first: a node's live config (COSI MachineConfig) says
 it is in, so a rotation killed anywhere continues where the nodes are and never repeats a
 patch. After each phase the zone is verified the way talosctl does: the Talos API with the
 client that must work now (Version on every node), the Kubernetes API with a client
-certificate of the new CA and the CA that must issue the serving certificate now.
+certificate of the new CA and the CA that must issue the serving certificate now, held over a
+few probes in a row (the endpoint may balance over apiservers that restart one by one).
 """
 
 from __future__ import annotations
 
 import ssl
+import time
 import urllib.request
 from dataclasses import dataclass
 from typing import Callable
@@ -140,7 +142,27 @@ def _verify(zone: Zone, rotation: Rotation, phase: str) -> None:
     else:
         what = (f"the Kubernetes API at {zone.k8s_endpoint} to serve with the {'old' if phase == 'accept' else 'new'} "
                 "CA and accept a client certificate of the new one" + (" and refuse one of the old" if refused else ""))
-        _wait(zone, what, lambda left: _k8s_answers(zone.k8s_endpoint, server, rotation.new, refused, left))
+        _wait(zone, what, held(lambda left: _k8s_answers(zone.k8s_endpoint, server, rotation.new, refused, left)))
+
+
+def held(probe: Callable[[float], None], passes: int = 3, seconds: float = 2.0,
+         clock: Callable[[], float] = time.monotonic) -> Callable[[float], None]:
+    """`probe`, passing only once it passed `passes` times in a row over at least `seconds`. The
+    endpoint may be a load balancer: one answer can come from an apiserver that restarted on the
+    new chain while another still runs on the old one."""
+    streak: list[float] = []
+
+    def probe_held(left: float) -> None:
+        try:
+            probe(left)
+        except NotYet:
+            streak.clear()
+            raise
+        streak.append(clock())
+        if len(streak) < passes or streak[-1] - streak[0] < seconds:
+            raise NotYet(f"it held for {len(streak)} probe(s) in a row; {passes} over {seconds:g} s must pass")
+
+    return probe_held
 
 
 def _wait_kubelet(zone: Zone, c: TalosClient, node: Node) -> None:

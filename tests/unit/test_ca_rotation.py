@@ -195,3 +195,29 @@ def test_tokens_first_set_on_a_zone_from_before_rotation_are_recorded_not_starte
     rotated = p.update("rot", recorded, again).outs
     assert secrets.load(rotated["secretsYaml"]).k8s != secrets.load(old["secretsYaml"]).k8s
     assert due({**again, "retiringYaml": rotated["retiringYaml"]}, {"kubernetes": "b"}) == ["kubernetes"]
+
+
+def test_the_kubernetes_check_holds_over_probes_in_a_row_before_a_phase_counts():
+    """Behind a load balancer one answer can come from an apiserver already on the new chain; a
+    phase counts only when the check passed three times in a row over two seconds."""
+    from kontinuum.talos import rotate
+    from kontinuum.talos.waits import NotYet
+
+    now = [0.0]
+    answers = iter([True, False, True, True, True, True])  # the second probe hits the old apiserver
+
+    def probe(left: float) -> None:
+        now[0] += 1.0
+        if not next(answers):
+            raise NotYet("refused")
+
+    check, outcomes = rotate.held(probe, clock=lambda: now[0]), []
+    for _ in range(5):
+        try:
+            check(10.0)
+            outcomes.append("done")
+        except NotYet as exc:
+            outcomes.append(exc.observation)
+    assert outcomes[:2] == ["it held for 1 probe(s) in a row; 3 over 2 s must pass", "refused"]
+    assert outcomes[2:] == ["it held for 1 probe(s) in a row; 3 over 2 s must pass",
+                            "it held for 2 probe(s) in a row; 3 over 2 s must pass", "done"]
