@@ -23,6 +23,8 @@ import yaml
 
 from kontinuum.errors import ConfigError, KontinuumError
 from kontinuum.talos import configpatch, machineconfig, pki, secrets
+from kontinuum.talos.clusterspec import CONTROLPLANE, ClusterSpec, spec_problems
+from kontinuum.talos.precheck import precheck_doc
 from kontinuum_components.config import StackConfig, Zone
 from kontinuum_components.specs import cluster_spec
 
@@ -85,7 +87,7 @@ def _doc_problems(doc: dict) -> list[str]:
             if pod.version == svc.version and pod.overlaps(svc)]
 
 
-def _render(spec: machineconfig.ClusterSpec, bundle: secrets.SecretsBundle, pool: str,
+def _render(spec: ClusterSpec, bundle: secrets.SecretsBundle, pool: str,
             pool_path: str) -> tuple[dict | None, list[ConfigError]]:
     """The pool's config with every patch applied that can apply, and an error for each one
     that cannot: each operation of a JSON patch is tried on its own, so all are reported."""
@@ -95,7 +97,7 @@ def _render(spec: machineconfig.ClusterSpec, bundle: secrets.SecretsBundle, pool
         doc = machineconfig.build(bare, bundle, pool=pool)
     except ConfigError as exc:
         return None, list(getattr(exc, "errors", [exc]))
-    own = spec.control_plane if pool == machineconfig.CONTROLPLANE else next(w for w in spec.workers if w.name == pool)
+    own = spec.control_plane if pool == CONTROLPLANE else next(w for w in spec.workers if w.name == pool)
     errors: list[ConfigError] = []
     for layer, patches in (("patches", spec.patches), (f"{pool_path}.patches", own.patches)):
         for i, patch in enumerate(patches):
@@ -187,7 +189,7 @@ def check(stack: StackConfig, raw: dict, *, validator: str | None = None, use_va
         name = f"{stack.region}-{zone.zone}"
         first = next((m.addresses[0] for m in zone.machines if m.pool == "controlplane"), "127.0.0.1")
         spec = cluster_spec(name, zone, zone.endpoint or f"https://{first}:6443")
-        problems = machineconfig.spec_problems(spec, f"zones[{zi}].")
+        problems = spec_problems(spec, f"zones[{zi}].")
         for e in problems:
             add(_where(e.path, zi, raw), e.problem)
         if problems:
@@ -202,7 +204,7 @@ def check(stack: StackConfig, raw: dict, *, validator: str | None = None, use_va
             if doc is None:
                 continue
             report.configs += 1
-            ours = machineconfig._precheck_doc(doc) + _doc_problems(doc)  # noqa: SLF001 - precheck, minus YAML
+            ours = precheck_doc(doc) + _doc_problems(doc)  # precheck, minus YAML
             for problem in ours:
                 add(f"zones[{zi}].{pool_path}", f"patched config is invalid: {problem} {where}")
             if failed or ours:

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from kontinuum.errors import ConfigError
 from kontinuum.kube import manifests
-from kontinuum.talos import machineconfig
+from kontinuum.talos.clusterspec import ClusterSpec, PoolSpec, validate_spec
 from kontinuum_components.config import Pool, Zone
 
 
-def cluster_spec(name: str, zone: Zone, endpoint: str) -> machineconfig.ClusterSpec:
-    def pool_spec(p: Pool) -> machineconfig.PoolSpec:
-        return machineconfig.PoolSpec(p.name, p.replicas, p.install_disk, p.node_labels, p.patches)
+def cluster_spec(name: str, zone: Zone, endpoint: str) -> ClusterSpec:
+    def pool_spec(p: Pool) -> PoolSpec:
+        return PoolSpec(p.name, p.replicas, p.install_disk, p.node_labels, p.patches)
 
-    return machineconfig.ClusterSpec(
+    return ClusterSpec(
         name=name,
         endpoint=endpoint,
         kubernetes_version=zone.kubernetes_version,
@@ -28,7 +28,7 @@ def validate(name: str, zone: Zone, prefix: str) -> None:
     """Spec errors before anything is registered (the endpoint may only be known later)."""
     first = zone.machines[0].addresses[0] if zone.machines else "localhost"
     endpoint = zone.endpoint or f"https://{first}:6443"
-    machineconfig.validate_spec(cluster_spec(name, zone, endpoint), prefix)
+    validate_spec(cluster_spec(name, zone, endpoint), prefix)
     if not manifests.is_url(zone.addons.gateway_api):  # a URL is fetched when the zone registers
         try:
             gateway_api_objects(zone.addons.gateway_api)

@@ -5,9 +5,9 @@ lists every leaf by its path (`machine.kubelet.extraArgs.max-pods: 110`) with ea
 replaced by a tag, `[secret 1a2b3c4d]`: an HMAC of the value under a key derived from the
 cluster's own secrets bundle, so a rotated secret shows as changed (`[secret a…] → [secret b…]`)
 while nothing about its value can be learned without the bundle. Secrets are found three ways:
-talosctl's own redaction paths and secret-looking key names (machineconfig.redact), and any value
-that contains a string of the bundle (kontinuum.talos.secrets.secret_values). Long values
-(certificates, inline manifests) show as their length and a tag.
+talosctl's own redaction paths and secret-looking key names (kontinuum.talos.redaction), and
+any value that contains a string of the bundle (kontinuum.talos.secrets.secret_values). Long
+values (certificates, inline manifests) show as their length and a tag.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from kontinuum.talos import machineconfig
+from kontinuum.talos.redaction import REDACTED, redact
 from kontinuum.talos.secrets import SecretsBundle, secret_values
 
 LONG = 96  # characters beyond which a value shows as its length and tag
@@ -64,7 +64,7 @@ def view(config: str | bytes, bundle: SecretsBundle) -> dict[str, str]:
     text = config.decode() if isinstance(config, bytes) else config
     try:
         raw_docs = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
-        masked_docs = [d for d in yaml.safe_load_all(machineconfig.redact(text)) if isinstance(d, dict)]
+        masked_docs = [d for d in yaml.safe_load_all(redact(text)) if isinstance(d, dict)]
     except yaml.YAMLError:
         return {"(config)": "not valid YAML"}
     key, secrets = _key(bundle), [s for s in secret_values(bundle) if len(s) >= 8]
@@ -76,7 +76,7 @@ def view(config: str | bytes, bundle: SecretsBundle) -> dict[str, str]:
         _leaves(masked, "", redacted)
         for path, value in values.items():
             shown = _scalar(value)
-            if redacted.get(path) == machineconfig.REDACTED and shown != machineconfig.REDACTED or \
+            if redacted.get(path) == REDACTED and shown != REDACTED or \
                     any(s in shown for s in secrets):
                 shown = f"[secret {_tag(key, shown)}]"
             elif len(shown) > LONG or "\n" in shown:

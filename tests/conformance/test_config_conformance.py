@@ -19,6 +19,8 @@ import pytest
 import yaml
 
 from kontinuum.talos import machineconfig as mc, secrets
+from kontinuum.talos.clusterspec import CONTROLPLANE, ClusterSpec, NodeSpec, PoolSpec
+from kontinuum.talos.precheck import precheck
 
 GO_MODULE = Path(__file__).parent / "config"
 FIXTURE = Path(__file__).parents[1] / "unit" / "fixtures" / "talosctl-secrets.yaml"
@@ -29,13 +31,13 @@ BROKEN = {
     "worker-cluster-ca-key": ("general", lambda d: d["cluster"]["ca"].update(key=d["_k8s_key"]), "(.cluster.ca)"),
     "worker-machine-ca-key": ("general", lambda d: d["machine"]["ca"].update(key=d["_os_key"]), "(.machine.ca)"),
     "worker-etcd": ("general", lambda d: d["cluster"].update(etcd={"ca": {"crt": d["machine"]["ca"]["crt"]}}), "etcd config is only allowed"),
-    "unknown-cni": (mc.CONTROLPLANE, lambda d: d["cluster"]["network"]["cni"].update(name="calico"), "cni name should be one of"),
-    "missing-endpoint": (mc.CONTROLPLANE, lambda d: d["cluster"]["controlPlane"].pop("endpoint"), "controlplane endpoint is required"),
-    "missing-install-disk": (mc.CONTROLPLANE, lambda d: d["machine"]["install"].pop("disk"), "either install disk or diskSelector"),
+    "unknown-cni": (CONTROLPLANE, lambda d: d["cluster"]["network"]["cni"].update(name="calico"), "cni name should be one of"),
+    "missing-endpoint": (CONTROLPLANE, lambda d: d["cluster"]["controlPlane"].pop("endpoint"), "controlplane endpoint is required"),
+    "missing-install-disk": (CONTROLPLANE, lambda d: d["machine"]["install"].pop("disk"), "either install disk or diskSelector"),
     "missing-install": ("general", lambda d: d["machine"].pop("install"), 'install instructions are required in "metal" mode'),
-    "controlplane-without-ca-key": (mc.CONTROLPLANE, lambda d: d["machine"]["ca"].pop("key"), "(.machine.ca.key)"),
+    "controlplane-without-ca-key": (CONTROLPLANE, lambda d: d["machine"]["ca"].pop("key"), "(.machine.ca.key)"),
     "bad-dns-domain": (
-        mc.CONTROLPLANE, lambda d: d["cluster"]["network"].update(dnsDomain="bad domain"), "is not a valid DNS name"
+        CONTROLPLANE, lambda d: d["cluster"]["network"].update(dnsDomain="bad domain"), "is not a valid DNS name"
     ),
     "persist-disabled": ("general", lambda d: d.update(persist=False), ".persist should be enabled"),
     "unknown-machine-type": ("general", lambda d: d["machine"].update(type="boss"), "unknown machine type"),
@@ -49,15 +51,15 @@ def _go() -> str:
     return found
 
 
-def _spec(**kw) -> mc.ClusterSpec:
+def _spec(**kw) -> ClusterSpec:
     base = dict(
         name="conformance",
         endpoint="https://127.0.0.10:6443",
         kubernetes_version="1.34.1",
-        control_plane=mc.PoolSpec(mc.CONTROLPLANE, 3),
-        workers=(mc.PoolSpec("general", 2),),
+        control_plane=PoolSpec(CONTROLPLANE, 3),
+        workers=(PoolSpec("general", 2),),
     )
-    return mc.ClusterSpec(**{**base, **kw})
+    return ClusterSpec(**{**base, **kw})
 
 
 def _good_configs(bundle: secrets.SecretsBundle) -> dict[str, bytes]:
@@ -67,15 +69,15 @@ def _good_configs(bundle: secrets.SecretsBundle) -> dict[str, bytes]:
             {"cluster": {"inlineManifests": [{"name": "hello", "contents": "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: hello\n"}]}},
             [{"op": "add", "path": "/machine/sysctls", "value": {"vm.max_map_count": "262144"}}],
         ),
-        control_plane=mc.PoolSpec(mc.CONTROLPLANE, 3, node_labels={"kontinuum.sh/pool": "controlplane"},
-                                  patches=({"machine": {"kubelet": {"extraArgs": {"max-pods": "150"}}}},)),
-        workers=(mc.PoolSpec("general", 2, install_disk="/dev/vda",
-                             patches=([{"op": "replace", "path": "/machine/install/wipe", "value": True}],)),),
+        control_plane=PoolSpec(CONTROLPLANE, 3, node_labels={"kontinuum.sh/pool": "controlplane"},
+                               patches=({"machine": {"kubelet": {"extraArgs": {"max-pods": "150"}}}},)),
+        workers=(PoolSpec("general", 2, install_disk="/dev/vda",
+                          patches=([{"op": "replace", "path": "/machine/install/wipe", "value": True}],)),),
     )
-    node = mc.NodeSpec("node-a", install_disk="/dev/nvme0n1", node_labels={"kontinuum.sh/zone": "a"},
-                       patches=({"machine": {"nodeAnnotations": {"kontinuum.sh/node": "node-a"}}},))
+    node = NodeSpec("node-a", install_disk="/dev/nvme0n1", node_labels={"kontinuum.sh/zone": "a"},
+                    patches=({"machine": {"nodeAnnotations": {"kontinuum.sh/node": "node-a"}}},))
     return {
-        "cp-single.yaml": mc.render(_spec(control_plane=mc.PoolSpec(mc.CONTROLPLANE, 1), workers=()), bundle),
+        "cp-single.yaml": mc.render(_spec(control_plane=PoolSpec(CONTROLPLANE, 1), workers=()), bundle),
         "cp-of-three.yaml": mc.render(_spec(), bundle),
         "worker.yaml": mc.render(_spec(), bundle, pool="general"),
         "cp-patched.yaml": mc.render(patched, bundle, node=node),
@@ -155,7 +157,7 @@ def test_broken_configs_are_rejected_by_machinery_and_precheck(verdicts, case):
     machinery_error = r["error"]
     assert field in machinery_error, machinery_error
 
-    ours = mc.precheck(verdicts["broken"][name])
+    ours = precheck(verdicts["broken"][name])
     assert ours, f"precheck accepted {name}; machinery said: {machinery_error}"
     assert any(field in p for p in ours), ours
     for problem in ours:  # every problem we report is one machinery reports, in its words

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from kontinuum.talos import machineconfig as mc, secrets
+from kontinuum.talos.clusterspec import CONTROLPLANE, ClusterSpec, PoolSpec
 
 GO_MODULE = Path(__file__).parent / "genconfig"
 TIMEOUT = 900
@@ -67,8 +68,8 @@ def generated() -> dict[str, dict]:
 
 @pytest.mark.parametrize("kind", ["controlplane", "worker"])
 def test_rendered_config_has_talosctl_structure(generated, kind):
-    spec = mc.ClusterSpec(**INPUTS, workers=(mc.PoolSpec("general", 1),))
-    ours = _paths(mc.build(spec, secrets.generate(), pool=mc.CONTROLPLANE if kind == "controlplane" else "general"))
+    spec = ClusterSpec(**INPUTS, workers=(PoolSpec("general", 1),))
+    ours = _paths(mc.build(spec, secrets.generate(), pool=CONTROLPLANE if kind == "controlplane" else "general"))
     needed = _paths(generated[kind], skip_empty=True)
     assert sorted(needed - ours) == [], "paths talosctl makes that our configs lack: patches for them would fail"
     assert sorted(ours - _paths(generated[kind]) - set(OURS_ONLY)) == [], "undocumented difference from talosctl's"

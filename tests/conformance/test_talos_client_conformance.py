@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from kontinuum.talos import machineconfig as mc
+from kontinuum.talos.clusterspec import ClusterSpec
 from kontinuum.talos import secrets, talosconfig
 from lab.talos_node import Lab
 
@@ -41,7 +42,7 @@ def test_talos_go_client_accepts_the_emulator(tmp_path: Path) -> None:
         # maintenance mode only by booting from the network, which this one does.
         node.set_faults(netboot=True)
         bundle = secrets.generate()
-        spec = mc.ClusterSpec(name="conformance", endpoint=f"https://{node.address}:6443", kubernetes_version="1.34.1")
+        spec = ClusterSpec(name="conformance", endpoint=f"https://{node.address}:6443", kubernetes_version="1.34.1")
         config = tmp_path / "controlplane.yaml"
         config.write_bytes(mc.render(spec, bundle))
         client_cert = talosconfig.issue_client_cert(bundle.os)

@@ -19,6 +19,7 @@ import yaml
 
 from kontinuum.talos import ca_rotation as cr
 from kontinuum.talos import machineconfig as mc
+from kontinuum.talos.clusterspec import CONTROLPLANE, ClusterSpec, PoolSpec
 from kontinuum.talos import rotate, secrets, talosconfig
 from kontinuum.talos.client import TalosClient
 from kontinuum.talos.errors import TalosError
@@ -37,10 +38,10 @@ def zone(tools_bin: Path, tmp_path_factory):
     if missing:
         pytest.fail(f"pinned tools missing from {tools_bin}: {', '.join(missing)}; run `make tools`")
     bundle = secrets.generate()
-    spec = mc.ClusterSpec(name=NAME, endpoint=ENDPOINT, kubernetes_version="1.35.4", workers=(mc.PoolSpec("web", 1),))
+    spec = ClusterSpec(name=NAME, endpoint=ENDPOINT, kubernetes_version="1.35.4", workers=(PoolSpec("web", 1),))
     with Lab(pool="127.0.48.8/29", reboot_delay=0.2) as lab, \
             ClusterManager(lab.clusters, tmp_path_factory.mktemp("rot") / "clusters", standins=False) as mgr:
-        for a, pool in ((CP, mc.CONTROLPLANE), (WORKER, "web")):
+        for a, pool in ((CP, CONTROLPLANE), (WORKER, "web")):
             lab.add_node(a)
             TalosClient.maintenance(a).apply_config(mc.render(spec, bundle, pool=pool))
         for a in (CP, WORKER):

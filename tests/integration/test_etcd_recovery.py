@@ -20,6 +20,7 @@ from kontinuum.backup.restore import Bounds, restore, verify
 from kontinuum.backup.take import take
 from kontinuum.backup.zone import BackupError, ZoneAccess
 from kontinuum.talos import machineconfig as mc
+from kontinuum.talos.clusterspec import CONTROLPLANE, ClusterSpec, PoolSpec
 from kontinuum.talos import secrets, talosconfig
 from kontinuum.talos.client import TalosClient
 from lab.clusters import ClusterManager
@@ -62,8 +63,8 @@ def cni_daemonset() -> dict:
 @pytest.fixture(scope="module")
 def zone(tools, tmp_path_factory):
     bundle = secrets.generate()
-    spec = mc.ClusterSpec(name=CLUSTER, endpoint=f"https://{CPS[0]}:6443", kubernetes_version="1.35.4",
-                          control_plane=mc.PoolSpec(mc.CONTROLPLANE, 3))
+    spec = ClusterSpec(name=CLUSTER, endpoint=f"https://{CPS[0]}:6443", kubernetes_version="1.35.4",
+                       control_plane=PoolSpec(CONTROLPLANE, 3))
     work = tmp_path_factory.mktemp("dr")
     with Lab(pool="127.0.42.8/29", reboot_delay=0.5) as lab, \
             ClusterManager(lab.clusters, work / "clusters", standins=False) as mgr:

@@ -13,6 +13,7 @@ from kubernetes import client
 
 from kontinuum.kube import flux
 from kontinuum.talos import machineconfig as mc
+from kontinuum.talos.clusterspec import ClusterSpec
 from kontinuum.talos import secrets
 from lab import crds as lab_crds
 from lab import flux_operator
@@ -33,7 +34,7 @@ def zone(tools_bin, tmp_path_factory):
     if missing:
         pytest.fail(f"pinned tools missing from {tools_bin}: {', '.join(missing)}; run `make tools`")
     bundle = secrets.generate()
-    spec = mc.ClusterSpec(name="flux-lab", endpoint="https://127.0.43.11:6443", kubernetes_version="1.35.4")
+    spec = ClusterSpec(name="flux-lab", endpoint="https://127.0.43.11:6443", kubernetes_version="1.35.4")
     work = tmp_path_factory.mktemp("flux-lab")
     with Lab(pool="127.0.43.8/29", reboot_delay=0.1) as lab, ClusterManager(lab.clusters, work) as mgr:
         node = lab.add_node("127.0.43.11")

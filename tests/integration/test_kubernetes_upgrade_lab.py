@@ -16,6 +16,7 @@ from kubernetes import client, config as kconfig
 
 from kontinuum.lifecycle import kubernetes_upgrade as ku
 from kontinuum.talos import machineconfig as mc
+from kontinuum.talos.clusterspec import ClusterSpec, PoolSpec
 from kontinuum.talos import secrets, talosconfig
 from kontinuum.talos.client import TalosClient
 from lab.clusters import ClusterManager
@@ -36,9 +37,9 @@ def tools(tools_bin: Path) -> Path:
     return tools_bin
 
 
-def spec(version: str) -> mc.ClusterSpec:
-    return mc.ClusterSpec(name="lab-k8s", endpoint=f"https://{CP}:6443", kubernetes_version=version,
-                          workers=(mc.PoolSpec("web", 1),))
+def spec(version: str) -> ClusterSpec:
+    return ClusterSpec(name="lab-k8s", endpoint=f"https://{CP}:6443", kubernetes_version=version,
+                       workers=(PoolSpec("web", 1),))
 
 
 def talos(bundle, address: str) -> TalosClient:

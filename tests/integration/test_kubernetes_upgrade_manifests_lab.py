@@ -19,6 +19,7 @@ from kubernetes import client, config as kconfig
 
 from kontinuum.lifecycle import kubernetes_upgrade as ku
 from kontinuum.talos import machineconfig as mc
+from kontinuum.talos.clusterspec import ClusterSpec, PoolSpec
 from kontinuum.talos import secrets
 from kontinuum.talos.client import TalosClient
 from lab.clusters import ClusterManager
@@ -36,8 +37,8 @@ PROXY = "registry.k8s.io/kube-proxy"
 
 def render(version: str, bundle, pool: str = "controlplane") -> str:
     """The zone's config with kube-proxy enabled (Kontinuum disables it by default: Cilium replaces it)."""
-    spec = mc.ClusterSpec(name="lab-k8s-m", endpoint=f"https://{CP}:6443", kubernetes_version=version,
-                          workers=(mc.PoolSpec("web", 1),))
+    spec = ClusterSpec(name="lab-k8s-m", endpoint=f"https://{CP}:6443", kubernetes_version=version,
+                       workers=(PoolSpec("web", 1),))
     docs = list(yaml.safe_load_all(mc.render(spec, bundle, pool=pool)))
     proxy = docs[0]["cluster"].setdefault("proxy", {})
     proxy.update(disabled=False, image=f"{PROXY}:v{version}")

@@ -15,6 +15,7 @@ import yaml
 from kubernetes import client, config as kconfig
 
 from kontinuum.talos import machineconfig as mc
+from kontinuum.talos.clusterspec import ClusterSpec
 from kontinuum.talos import secrets, talosconfig
 from kontinuum.talos.client import TalosClient
 from lab.process import pid_alive, wait_until
@@ -58,7 +59,7 @@ def test_up_status_down_leaves_nothing_running(tools_bin, tmp_path):
 
         # A cluster on the lab's node brings its own control plane and kwok into the lab.
         bundle = secrets.generate()
-        spec = mc.ClusterSpec(name="cli", endpoint=f"https://{NODE}:6443", kubernetes_version="1.35.4")
+        spec = ClusterSpec(name="cli", endpoint=f"https://{NODE}:6443", kubernetes_version="1.35.4")
         TalosClient.maintenance(NODE).apply_config(mc.render(spec, bundle))
         cert = talosconfig.issue_client_cert(bundle.os)
         cp = TalosClient.from_talosconfig(talosconfig.parse(talosconfig.render("cli", [NODE], [NODE], bundle.os.crt, cert)))

@@ -15,6 +15,7 @@ import yaml
 from kubernetes import client, config as kconfig
 
 from kontinuum.talos import machineconfig as mc
+from kontinuum.talos.clusterspec import CONTROLPLANE, ClusterSpec, PoolSpec
 from kontinuum.talos import secrets, talosconfig
 from kontinuum.talos.client import TalosClient
 from kontinuum.talos.errors import ClusterUnhealthyError
@@ -93,7 +94,7 @@ PROGRAM = textwrap.dedent("""
 
 
 def test_one_node_cluster_real_scheduler_and_cni_gated_health(tools, bundle, tmp_path):
-    spec = mc.ClusterSpec(name="lab-one", endpoint="https://127.0.31.101:6443", kubernetes_version="1.35.4")
+    spec = ClusterSpec(name="lab-one", endpoint="https://127.0.31.101:6443", kubernetes_version="1.35.4")
     with Lab(pool="127.0.31.96/29", reboot_delay=0.1) as lab, ClusterManager(lab.clusters, tmp_path / "clusters") as mgr:
         node = lab.add_node("127.0.31.101")
         configure([node.address], mc.render(spec, bundle), lab)
@@ -158,8 +159,8 @@ def test_one_node_cluster_real_scheduler_and_cni_gated_health(tools, bundle, tmp
 
 def test_three_node_cluster_shares_one_control_plane_and_reset_stops_it(tools, bundle, tmp_path):
     addresses = ["127.0.31.121", "127.0.31.122", "127.0.31.123"]
-    spec = mc.ClusterSpec(name="lab-three", endpoint=f"https://{addresses[0]}:6443", kubernetes_version="1.35.4",
-                          control_plane=mc.PoolSpec(mc.CONTROLPLANE, 3))
+    spec = ClusterSpec(name="lab-three", endpoint=f"https://{addresses[0]}:6443", kubernetes_version="1.35.4",
+                       control_plane=PoolSpec(CONTROLPLANE, 3))
     with Lab(pool="127.0.31.120/29", reboot_delay=0.1) as lab, ClusterManager(lab.clusters, tmp_path / "clusters") as mgr:
         for a in addresses:
             lab.add_node(a)

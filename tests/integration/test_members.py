@@ -11,6 +11,7 @@ import pytest
 from kontinuum.hub.crds import LABEL_CLAIMED_BY
 from kontinuum.hub.inventory import Inventory, MembersUnavailable
 from kontinuum.talos import machineconfig as mc
+from kontinuum.talos.clusterspec import CONTROLPLANE, ClusterSpec
 from kontinuum.talos import secrets
 from lab.hub import Hub
 from lab.talos_node import Lab
@@ -97,8 +98,8 @@ class _Zone:
         self.hub = hub
         outs = TalosSecretsProvider().create({"clusterName": "m", "endpoints": [self.node.address]}).outs
         bundle = secrets.load(outs["secretsYaml"])
-        spec = mc.ClusterSpec(name="m", endpoint=f"https://{self.node.address}:6443", kubernetes_version="1.35.4")
-        self.config = mc.render(spec, bundle, pool=mc.CONTROLPLANE).decode()
+        spec = ClusterSpec(name="m", endpoint=f"https://{self.node.address}:6443", kubernetes_version="1.35.4")
+        self.config = mc.render(spec, bundle, pool=CONTROLPLANE).decode()
         self.talosconfig = outs["talosconfig"]
 
     def instance(self, **extra) -> dict:

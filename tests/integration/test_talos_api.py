@@ -23,6 +23,7 @@ from cryptography.x509.oid import NameOID
 from grpclib.const import Status
 
 from kontinuum.talos import machineconfig as mc
+from kontinuum.talos.clusterspec import CONTROLPLANE, ClusterSpec, PoolSpec
 from kontinuum.talos import pki, secrets, talosconfig
 from kontinuum.talos.client import Deadlines, TalosClient, discover
 from kontinuum.talos.errors import (
@@ -66,16 +67,16 @@ class Cluster:
     workers: int = 0
 
     @property
-    def spec(self) -> mc.ClusterSpec:
-        workers = (mc.PoolSpec("general", self.workers),) if self.workers else ()
-        return mc.ClusterSpec(
+    def spec(self) -> ClusterSpec:
+        workers = (PoolSpec("general", self.workers),) if self.workers else ()
+        return ClusterSpec(
             name="emulated",
             endpoint=f"https://{self.endpoint_address}:6443",
             kubernetes_version="1.34.1",
             workers=workers,
         )
 
-    def config(self, pool: str = mc.CONTROLPLANE) -> bytes:
+    def config(self, pool: str = CONTROLPLANE) -> bytes:
         return mc.render(self.spec, self.bundle, pool=pool)
 
     def client(self, node: str, *, role: str = "os:admin", endpoint: str | None = None, **kw) -> TalosClient:

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from kontinuum.talos import machineconfig as mc
+from kontinuum.talos.clusterspec import ClusterSpec, PoolSpec
 from kontinuum.talos import pki, secrets, talosconfig
 from kontinuum.talos.client import TalosClient
 from kontinuum.talos.errors import TalosError
@@ -49,8 +50,8 @@ def works(server_cas: bytes, cert: pki.CertKey) -> bool:
 @pytest.fixture
 def cluster():
     bundle = secrets.generate()
-    spec = mc.ClusterSpec(name="rotate", endpoint=f"https://{CP}:6443", kubernetes_version="1.35.4",
-                          workers=(mc.PoolSpec("web", 1),))
+    spec = ClusterSpec(name="rotate", endpoint=f"https://{CP}:6443", kubernetes_version="1.35.4",
+                       workers=(PoolSpec("web", 1),))
     configs = {CP: mc.render(spec, bundle), WORKER: mc.render(spec, bundle, pool="web")}
     with Lab(pool="127.0.42.20/30", reboot_delay=0.1) as lab:
         for a in (CP, WORKER):

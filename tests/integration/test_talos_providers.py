@@ -14,6 +14,7 @@ import pytest
 from grpclib.const import Status
 
 from kontinuum.talos import machineconfig as mc
+from kontinuum.talos.clusterspec import CONTROLPLANE, ClusterSpec, PoolSpec
 from kontinuum.talos import pki, secrets, talosconfig
 from kontinuum.talos.pki import CertKey
 from kontinuum.talos.transport import load_cert_chain
@@ -53,11 +54,11 @@ class Cluster:
         ).outs
         self.bundle = secrets.load(self.secrets["secretsYaml"])
         self.spec = {"name": "t", "endpoint": endpoint or f"https://{self.addresses[0]}:6443",
-                     "kubernetes_version": "1.35.4", "workers": (mc.PoolSpec("w", workers),) if workers else ()}
+                     "kubernetes_version": "1.35.4", "workers": (PoolSpec("w", workers),) if workers else ()}
 
     def config(self, role: str = "controlplane", **spec) -> str:
-        pool = mc.CONTROLPLANE if role == "controlplane" else "w"
-        return mc.render(mc.ClusterSpec(**{**self.spec, **spec}), self.bundle, pool=pool).decode()
+        pool = CONTROLPLANE if role == "controlplane" else "w"
+        return mc.render(ClusterSpec(**{**self.spec, **spec}), self.bundle, pool=pool).decode()
 
     def props(self, address: str, **extra) -> dict:
         role = self.roles[address]

@@ -10,12 +10,13 @@ import pytest
 
 from kontinuum.talos import ca_rotation as cr
 from kontinuum.talos import machineconfig as mc
+from kontinuum.talos.clusterspec import ClusterSpec, PoolSpec
 from kontinuum.talos import secrets
 from lab.talos_node import machineconfig as lab_mc
 
 BUNDLE = secrets.generate()
-SPEC = mc.ClusterSpec(name="rot", endpoint="https://127.0.48.1:6443", kubernetes_version="1.35.4",
-                      workers=(mc.PoolSpec("web", 1),))
+SPEC = ClusterSpec(name="rot", endpoint="https://127.0.48.1:6443", kubernetes_version="1.35.4",
+                   workers=(PoolSpec("web", 1),))
 CP = mc.render(SPEC, BUNDLE).decode()
 WORKER = mc.render(SPEC, BUNDLE, pool="web").decode()
 NEW = secrets.generate()

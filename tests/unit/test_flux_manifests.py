@@ -140,10 +140,11 @@ def test_lab_reads_whether_kube_proxy_serves_the_cluster_ip():
     import yaml
 
     from kontinuum.talos import machineconfig as mc
+    from kontinuum.talos.clusterspec import ClusterSpec
     from kontinuum.talos import secrets
     from lab.cluster_config import read_cluster_config
 
-    spec = mc.ClusterSpec(name="c", endpoint="https://127.0.43.11:6443", kubernetes_version="1.35.4")
+    spec = ClusterSpec(name="c", endpoint="https://127.0.43.11:6443", kubernetes_version="1.35.4")
     raw = mc.render(spec, secrets.generate())
     assert read_cluster_config(raw).kube_proxy is False  # Kontinuum's configs: Cilium replaces kube-proxy
     docs = list(yaml.safe_load_all(raw))

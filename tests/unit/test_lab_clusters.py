@@ -8,6 +8,7 @@ import yaml
 from kubernetes import client
 
 from kontinuum.talos import machineconfig as mc
+from kontinuum.talos.clusterspec import ClusterSpec, PoolSpec
 from kontinuum.talos import pki, secrets
 from lab import cluster_config, cluster_health, kubelets, kwok
 
@@ -17,8 +18,8 @@ def bundle():
     return secrets.generate()
 
 
-def spec(**kw) -> mc.ClusterSpec:
-    return mc.ClusterSpec(name="zone-a", endpoint="https://127.0.30.1:6443", kubernetes_version="1.34.1", **kw)
+def spec(**kw) -> ClusterSpec:
+    return ClusterSpec(name="zone-a", endpoint="https://127.0.30.1:6443", kubernetes_version="1.34.1", **kw)
 
 
 def test_reads_the_control_plane_pki_and_networks_from_the_machine_config(bundle):
@@ -29,13 +30,13 @@ def test_reads_the_control_plane_pki_and_networks_from_the_machine_config(bundle
     pki.load_private_key(cfg.pki.service_account_key)  # Talos key labels load
     assert (cfg.pod_subnet, cfg.service_subnet) == ("10.244.0.0/16", "10.96.0.0/12")
     assert cfg.allow_scheduling_on_control_planes  # no workers: Talos lets pods onto control planes
-    with_workers = cluster_config.read_cluster_config(mc.render(spec(workers=(mc.PoolSpec("w", 1),)), bundle))
+    with_workers = cluster_config.read_cluster_config(mc.render(spec(workers=(PoolSpec("w", 1),)), bundle))
     assert not with_workers.allow_scheduling_on_control_planes
 
 
 def test_a_worker_config_has_no_control_plane_keys(bundle):
     with pytest.raises(ValueError, match="cluster.ca.key"):
-        cluster_config.read_cluster_config(mc.render(spec(workers=(mc.PoolSpec("w", 1),)), bundle, pool="w"))
+        cluster_config.read_cluster_config(mc.render(spec(workers=(PoolSpec("w", 1),)), bundle, pool="w"))
 
 
 def test_pod_cidrs_are_distinct_slices_of_the_pod_subnet():

@@ -11,6 +11,19 @@ import yaml
 
 from kontinuum.errors import ConfigError, ConfigErrors
 from kontinuum.talos import configpatch, machineconfig as mc, secrets
+from kontinuum.talos.clusterspec import (
+    CONTROLPLANE,
+    DEFAULT_INSTALLER_IMAGE,
+    TALOS_CONTRACT,
+    ClusterSpec,
+    NetworkSpec,
+    NodeSpec,
+    PoolSpec,
+    spec_problems,
+    validate_spec,
+)
+from kontinuum.talos.precheck import precheck
+from kontinuum.talos.redaction import REDACTED, redact
 
 FIXTURE = Path(__file__).parent / "fixtures" / "talosctl-secrets.yaml"
 
@@ -20,16 +33,16 @@ def bundle() -> secrets.SecretsBundle:
     return secrets.load(FIXTURE.read_text())
 
 
-def spec(**kw) -> mc.ClusterSpec:
+def spec(**kw) -> ClusterSpec:
     base = dict(
         name="lab-eu",
         endpoint="https://127.0.0.10:6443",
         kubernetes_version="1.34.1",
-        control_plane=mc.PoolSpec(mc.CONTROLPLANE, 3),
-        workers=(mc.PoolSpec("general", 2),),
+        control_plane=PoolSpec(CONTROLPLANE, 3),
+        workers=(PoolSpec("general", 2),),
     )
     base.update(kw)
-    return mc.ClusterSpec(**base)
+    return ClusterSpec(**base)
 
 
 def doc(raw: bytes) -> dict:
@@ -50,7 +63,7 @@ def test_controlplane_carries_what_talosctl_emits_plus_our_choices(bundle):
     assert m["kubelet"]["image"] == "ghcr.io/siderolabs/kubelet:v1.34.1"
     assert m["install"] == {
         "disk": "/dev/sda",
-        "image": mc.DEFAULT_INSTALLER_IMAGE,
+        "image": DEFAULT_INSTALLER_IMAGE,
         "wipe": False,
         "grubUseUKICmdline": True,
     }
@@ -80,10 +93,10 @@ def test_controlplane_carries_what_talosctl_emits_plus_our_choices(bundle):
 
 
 def test_without_workers_control_planes_take_workloads(bundle):
-    cfg = doc(mc.render(spec(control_plane=mc.PoolSpec(mc.CONTROLPLANE, 1), workers=()), bundle))
+    cfg = doc(mc.render(spec(control_plane=PoolSpec(CONTROLPLANE, 1), workers=()), bundle))
     assert cfg["cluster"]["allowSchedulingOnControlPlanes"] is True
     assert "nodeLabels" not in cfg["machine"]
-    zero = doc(mc.render(spec(workers=(mc.PoolSpec("general", 0),)), bundle))
+    zero = doc(mc.render(spec(workers=(PoolSpec("general", 0),)), bundle))
     assert zero["cluster"]["allowSchedulingOnControlPlanes"] is True
 
 
@@ -108,7 +121,7 @@ def test_unknown_pool_is_an_error(bundle):
 
 
 def test_contract_constant():
-    assert mc.TALOS_CONTRACT == "v1.13"
+    assert TALOS_CONTRACT == "v1.13"
 
 
 # --- determinism ----------------------------------------------------------------------------
@@ -117,9 +130,9 @@ def test_contract_constant():
 def test_same_inputs_same_bytes(bundle):
     s = spec(
         patches=({"machine": {"sysctls": {"b": "2", "a": "1"}}},),
-        control_plane=mc.PoolSpec(mc.CONTROLPLANE, 3, node_labels={"z": "1", "a": "2"}),
+        control_plane=PoolSpec(CONTROLPLANE, 3, node_labels={"z": "1", "a": "2"}),
     )
-    node = mc.NodeSpec("n1", install_disk="/dev/nvme0n1", patches=([{"op": "add", "path": "/machine/certSANs/-", "value": "x"}],))
+    node = NodeSpec("n1", install_disk="/dev/nvme0n1", patches=([{"op": "add", "path": "/machine/certSANs/-", "value": "x"}],))
     first = mc.render(s, bundle, node=node)
     assert first == mc.render(s, bundle, node=node)
     assert first == mc.render(dataclasses.replace(s), secrets.load(FIXTURE.read_text()), node=node)
@@ -140,17 +153,17 @@ def test_patches_apply_cluster_then_pool_then_node(bundle):
 
     s = spec(
         patches=layer("cluster"),
-        workers=(mc.PoolSpec("general", 2, patches=layer("pool")),),
+        workers=(PoolSpec("general", 2, patches=layer("pool")),),
     )
-    cfg = doc(mc.render(s, bundle, pool="general", node=mc.NodeSpec("w1", patches=layer("node"))))
+    cfg = doc(mc.render(s, bundle, pool="general", node=NodeSpec("w1", patches=layer("node"))))
     assert cfg["machine"]["certSANs"] == ["cluster.lab.test", "pool.lab.test", "node.lab.test"]
     assert cfg["machine"]["nodeLabels"]["layer"] == "node"
     assert list(cfg["machine"]["sysctls"]) == ["cluster", "pool", "node"]
 
 
 def test_node_overrides_install_disk_and_labels(bundle):
-    s = spec(workers=(mc.PoolSpec("general", 1, install_disk="/dev/vda", node_labels={"tier": "pool"}),))
-    cfg = doc(mc.render(s, bundle, pool="general", node=mc.NodeSpec("w1", "/dev/nvme0n1", {"tier": "node"})))
+    s = spec(workers=(PoolSpec("general", 1, install_disk="/dev/vda", node_labels={"tier": "pool"}),))
+    cfg = doc(mc.render(s, bundle, pool="general", node=NodeSpec("w1", "/dev/nvme0n1", {"tier": "node"})))
     assert cfg["machine"]["install"]["disk"] == "/dev/nvme0n1"
     assert cfg["machine"]["nodeLabels"] == {"tier": "node"}
 
@@ -204,7 +217,7 @@ def test_patch_errors_name_the_patch(bundle, ops, path, fragment):
 
 def test_patch_that_gives_a_worker_a_ca_key_is_refused(bundle):
     key = base64.b64encode(bundle.k8s.key).decode()
-    s = spec(workers=(mc.PoolSpec("general", 1, patches=({"cluster": {"ca": {"key": key}}},)),))
+    s = spec(workers=(PoolSpec("general", 1, patches=({"cluster": {"ca": {"key": key}}},)),))
     with pytest.raises(ConfigErrors) as err:
         mc.render(s, bundle, pool="general")
     assert err.value.path == "workers[0]"
@@ -218,11 +231,11 @@ def test_patch_that_gives_a_worker_a_ca_key_is_refused(bundle):
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"control_plane": mc.PoolSpec(mc.CONTROLPLANE, 2)}, "controlPlane.replicas: must be 1, 3 or 5, got 2"),
-        ({"network": mc.NetworkSpec(pod_subnets=("10.244.0.0",))}, "network.podSubnets[0]: not a CIDR"),
-        ({"network": mc.NetworkSpec(service_subnets=("10.96.0.0/12", "nope"))}, "network.serviceSubnets[1]: not a CIDR"),
-        ({"network": mc.NetworkSpec(service_subnets=("10.244.1.0/24",))}, "network.serviceSubnets[0]: overlaps network.podSubnets[0]"),
-        ({"network": mc.NetworkSpec(dns_domain="bad domain")}, "network.dnsDomain: must be a DNS name, got 'bad domain'"),
+        ({"control_plane": PoolSpec(CONTROLPLANE, 2)}, "controlPlane.replicas: must be 1, 3 or 5, got 2"),
+        ({"network": NetworkSpec(pod_subnets=("10.244.0.0",))}, "network.podSubnets[0]: not a CIDR"),
+        ({"network": NetworkSpec(service_subnets=("10.96.0.0/12", "nope"))}, "network.serviceSubnets[1]: not a CIDR"),
+        ({"network": NetworkSpec(service_subnets=("10.244.1.0/24",))}, "network.serviceSubnets[0]: overlaps network.podSubnets[0]"),
+        ({"network": NetworkSpec(dns_domain="bad domain")}, "network.dnsDomain: must be a DNS name, got 'bad domain'"),
         ({"endpoint": "http://127.0.0.10:6443"}, "endpoint: must be https://host:port, got 'http://127.0.0.10:6443'"),
         ({"endpoint": "https://127.0.0.10"}, "endpoint: must be https://host:port, got 'https://127.0.0.10'"),
         ({"endpoint": "https://127.0.0.10:6443/api"}, "endpoint: must be https://host:port"),
@@ -230,11 +243,11 @@ def test_patch_that_gives_a_worker_a_ca_key_is_refused(bundle):
         ({"kubernetes_version": "latest"}, "kubernetesVersion: must be a version like 1.34.1, got 'latest'"),
         ({"installer_image": "ghcr.io/siderolabs/installer"}, "installerImage: must be an image reference with a tag or digest"),
         ({"cert_sans": ("ok.test", "not a san")}, "certSANs[1]: must be a DNS name or IP address"),
-        ({"workers": (mc.PoolSpec("general", -1),)}, "workers[0].replicas: must be a whole number >= 0, got -1"),
-        ({"workers": (mc.PoolSpec("a", 1), mc.PoolSpec("a", 1))}, "workers[1].name: duplicate worker pool name 'a'"),
-        ({"workers": (mc.PoolSpec(mc.CONTROLPLANE, 1),)}, "workers[0].name: must be a DNS label other than 'controlplane'"),
-        ({"control_plane": mc.PoolSpec(mc.CONTROLPLANE, 1, install_disk="sda")}, "controlPlane.installDisk: must be a device path like /dev/sda, got 'sda'"),
-        ({"control_plane": mc.PoolSpec(mc.CONTROLPLANE, 1, node_labels={"bad key!": "x"})}, "controlPlane.nodeLabels.bad key!: label key 'bad key!'"),
+        ({"workers": (PoolSpec("general", -1),)}, "workers[0].replicas: must be a whole number >= 0, got -1"),
+        ({"workers": (PoolSpec("a", 1), PoolSpec("a", 1))}, "workers[1].name: duplicate worker pool name 'a'"),
+        ({"workers": (PoolSpec(CONTROLPLANE, 1),)}, "workers[0].name: must be a DNS label other than 'controlplane'"),
+        ({"control_plane": PoolSpec(CONTROLPLANE, 1, install_disk="sda")}, "controlPlane.installDisk: must be a device path like /dev/sda, got 'sda'"),
+        ({"control_plane": PoolSpec(CONTROLPLANE, 1, node_labels={"bad key!": "x"})}, "controlPlane.nodeLabels.bad key!: label key 'bad key!'"),
     ],
 )
 def test_bad_spec_errors_carry_exact_paths(bundle, change, message):
@@ -244,18 +257,18 @@ def test_bad_spec_errors_carry_exact_paths(bundle, change, message):
 
 
 def test_all_spec_problems_are_reported_at_once_with_prefix():
-    s = spec(control_plane=mc.PoolSpec(mc.CONTROLPLANE, 2), endpoint="ftp://x")
-    problems = mc.spec_problems(s, prefix="zones[1].")
+    s = spec(control_plane=PoolSpec(CONTROLPLANE, 2), endpoint="ftp://x")
+    problems = spec_problems(s, prefix="zones[1].")
     assert [p.path for p in problems] == ["zones[1].endpoint", "zones[1].controlPlane.replicas"]
     with pytest.raises(ConfigErrors) as err:
-        mc.validate_spec(s, prefix="zones[1].")
+        validate_spec(s, prefix="zones[1].")
     assert str(err.value).splitlines()[1] == "zones[1].controlPlane.replicas: must be 1, 3 or 5, got 2"
     assert isinstance(err.value, ValueError)
 
 
 def test_bad_node_spec(bundle):
     with pytest.raises(ConfigErrors) as err:
-        mc.render(spec(), bundle, node=mc.NodeSpec("n1", install_disk="disk0"))
+        mc.render(spec(), bundle, node=NodeSpec("n1", install_disk="disk0"))
     assert err.value.errors[0].path == "nodes.n1.installDisk"
 
 
@@ -269,31 +282,31 @@ def _secret_fragments(bundle: secrets.SecretsBundle) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("pool", [mc.CONTROLPLANE, "general"])
+@pytest.mark.parametrize("pool", [CONTROLPLANE, "general"])
 def test_redaction_removes_every_secret_and_keeps_the_rest(bundle, pool):
     raw = mc.render(spec(), bundle, pool=pool)
-    redacted = mc.redact(raw)
+    redacted = redact(raw)
     for value in _secret_fragments(bundle):
         assert value not in redacted
     before, after = doc(raw), yaml.safe_load(redacted)
     assert after["machine"]["ca"]["crt"] == before["machine"]["ca"]["crt"]
     assert after["cluster"]["controlPlane"] == before["cluster"]["controlPlane"]
     assert after["cluster"]["id"] == before["cluster"]["id"]
-    assert after["machine"]["token"] == mc.REDACTED and after["cluster"]["secret"] == mc.REDACTED
+    assert after["machine"]["token"] == REDACTED and after["cluster"]["secret"] == REDACTED
 
     def strip(node, masked):
         if isinstance(node, dict):
             return {k: strip(v, masked.get(k) if isinstance(masked, dict) else None) for k, v in node.items()}
         if isinstance(node, list):
             return [strip(v, m) for v, m in zip(node, masked)]
-        return mc.REDACTED if masked == mc.REDACTED else node
+        return REDACTED if masked == REDACTED else node
 
     assert strip(before, after) == after  # only masked fields changed
 
 
 def test_redaction_covers_secrets_added_by_patches(bundle):
     patch = {"machine": {"network": {"interfaces": [{"interface": "wg0", "wireguard": {"privateKey": "S3CR3T=", "peers": [{"publicKey": "PUB="}]}}]}}}
-    redacted = mc.redact(mc.render(spec(patches=(patch,)), bundle))
+    redacted = redact(mc.render(spec(patches=(patch,)), bundle))
     assert "S3CR3T=" not in redacted and "PUB=" in redacted
 
 
@@ -307,8 +320,8 @@ def _mutated(raw: bytes, mutate) -> bytes:
 
 
 def test_precheck_accepts_what_we_render(bundle):
-    assert mc.precheck(mc.render(spec(), bundle)) == []
-    assert mc.precheck(mc.render(spec(), bundle, pool="general")) == []
+    assert precheck(mc.render(spec(), bundle)) == []
+    assert precheck(mc.render(spec(), bundle, pool="general")) == []
 
 
 @pytest.mark.parametrize(
@@ -328,22 +341,22 @@ def test_precheck_accepts_what_we_render(bundle):
             ["machine.ca.key: issuing Talos API CA key is not allowed on non-controlplane nodes (.machine.ca)"],
         ),
         (
-            mc.CONTROLPLANE,
+            CONTROLPLANE,
             lambda d: d["cluster"]["network"]["cni"].update(name="calico"),
             ['cluster.network.cni.name: cni name should be one of ["flannel", "custom", "none"]'],
         ),
         (
-            mc.CONTROLPLANE,
+            CONTROLPLANE,
             lambda d: d["cluster"]["controlPlane"].pop("endpoint"),
             ["cluster.controlPlane.endpoint: cluster controlplane endpoint is required"],
         ),
         (
-            mc.CONTROLPLANE,
+            CONTROLPLANE,
             lambda d: d["machine"]["install"].pop("disk"),
             ["machine.install.disk: either install disk or diskSelector should be defined"],
         ),
         (
-            mc.CONTROLPLANE,
+            CONTROLPLANE,
             lambda d: d["machine"].pop("install"),
             ['machine.install: install instructions are required in "metal" mode'],
         ),
@@ -353,31 +366,31 @@ def test_precheck_accepts_what_we_render(bundle):
             ["cluster.etcd: etcd config is only allowed on control plane machines"],
         ),
         (
-            mc.CONTROLPLANE,
+            CONTROLPLANE,
             lambda d: d["machine"]["ca"].pop("key"),
             ["machine.ca.key: issuing CA key is required for controlplane nodes (.machine.ca.key)"],
         ),
-        (mc.CONTROLPLANE, lambda d: d.update(persist=False), ["persist: .persist should be enabled"]),
+        (CONTROLPLANE, lambda d: d.update(persist=False), ["persist: .persist should be enabled"]),
         ("general", lambda d: d["machine"].update(type="boss"), ['machine.type: unknown machine type "boss"']),
     ],
 )
 def test_precheck_mirrors_machinery(bundle, pool, mutate, expected):
-    assert mc.precheck(_mutated(mc.render(spec(), bundle, pool=pool), mutate)) == expected
+    assert precheck(_mutated(mc.render(spec(), bundle, pool=pool), mutate)) == expected
 
 
 def test_unknown_cni_on_a_worker_is_not_checked_like_machinery(bundle):
     raw = _mutated(mc.render(spec(), bundle, pool="general"), lambda d: d["cluster"]["network"]["cni"].update(name="x"))
-    assert mc.precheck(raw) == []
+    assert precheck(raw) == []
 
 
 def test_redact_never_echoes_unparsable_input():
     with pytest.raises(ValueError) as err:
-        mc.redact("machine:\n  token: sup3rs3cret\n  - broken")
+        redact("machine:\n  token: sup3rs3cret\n  - broken")
     assert "sup3rs3cret" not in str(err.value)
 
 
 def test_strings_go_would_misread_are_quoted(bundle):
-    s = spec(control_plane=mc.PoolSpec(mc.CONTROLPLANE, 3, node_labels={"tier": "1e3", "num": "0o17"}))
+    s = spec(control_plane=PoolSpec(CONTROLPLANE, 3, node_labels={"tier": "1e3", "num": "0o17"}))
     text = mc.render(s, bundle).decode()
     assert '        tier: "1e3"\n' in text and '        num: "0o17"\n' in text
     assert "&id" not in text and "*id" not in text

@@ -10,6 +10,7 @@ import pytest
 
 from kontinuum.preview_summary import markdown, summarize
 from kontinuum.talos import config_view, machineconfig as mc, secrets
+from kontinuum.talos.clusterspec import CONTROLPLANE, ClusterSpec, PoolSpec
 
 FIXTURE = Path(__file__).parent / "fixtures" / "talosctl-secrets.yaml"
 BASE = "urn:pulumi:eu::kontinuum::kontinuum:index:Zone$kontinuum:index:TalosCluster$"
@@ -21,8 +22,8 @@ def bundle() -> secrets.SecretsBundle:
 
 
 def render(bundle, **patch) -> str:
-    spec = mc.ClusterSpec(name="eu-1a", endpoint="https://10.0.0.5:6443", kubernetes_version="1.34.1",
-                          control_plane=mc.PoolSpec(mc.CONTROLPLANE, 1), workers=(), **patch)
+    spec = ClusterSpec(name="eu-1a", endpoint="https://10.0.0.5:6443", kubernetes_version="1.34.1",
+                       control_plane=PoolSpec(CONTROLPLANE, 1), workers=(), **patch)
     return mc.render(spec, bundle, pool="controlplane").decode()
 
 

@@ -14,6 +14,7 @@ import pytest
 from pulumi.runtime import rpc
 
 from kontinuum.talos import machineconfig as mc
+from kontinuum.talos.clusterspec import CONTROLPLANE, ClusterSpec, PoolSpec
 from kontinuum.talos import secrets, talosconfig
 from providers.bootstrap import Bootstrap, BootstrapProvider
 from providers.ca_rotation import CaRotation
@@ -51,10 +52,10 @@ def tc(bundle) -> str:
     return talosconfig.render("t", [ADDRESS], [], bundle.os.crt, talosconfig.issue_client_cert(bundle.os))
 
 
-def _config(bundle, pool: str = mc.CONTROLPLANE, **spec) -> str:
-    workers = (mc.PoolSpec("w", 1),) if pool != mc.CONTROLPLANE else ()
-    spec = mc.ClusterSpec(name="t", endpoint=f"https://{ADDRESS}:6443", kubernetes_version="1.35.4",
-                          workers=workers, **spec)
+def _config(bundle, pool: str = CONTROLPLANE, **spec) -> str:
+    workers = (PoolSpec("w", 1),) if pool != CONTROLPLANE else ()
+    spec = ClusterSpec(name="t", endpoint=f"https://{ADDRESS}:6443", kubernetes_version="1.35.4",
+                       workers=workers, **spec)
     return mc.render(spec, bundle, pool=pool).decode()
 
 
