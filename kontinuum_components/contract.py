@@ -13,8 +13,8 @@ from urllib.parse import urlsplit
 from kontinuum.backup.files import DEFAULT_DIRECTORY as BACKUP_DIRECTORY
 from kontinuum.backup.files import DEFAULT_KEEP as BACKUP_KEEP
 from kontinuum.talos import support
-from kontinuum.talos.renewal import RENEW_BEFORE_DAYS
 from kontinuum.talos.clusterspec import TALOS_VERSION
+from kontinuum.talos.renewal import RENEW_BEFORE_DAYS
 from kontinuum.talos.waits import WAIT_DEFAULTS
 from kontinuum_components.flux_contract import FLUX
 from kontinuum_components.schema import ANY, Bool, Format, Int, List, Map, Num, Obj, OneOf, Str, without

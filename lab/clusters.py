@@ -1,17 +1,19 @@
 """Real Kubernetes control planes for the lab's emulated Talos clusters.
 
-When an emulated cluster is bootstrapped, the ClusterManager starts, for that cluster:
+When an emulated cluster is bootstrapped, lab/cluster_manager.py starts a ClusterRunner, which runs
+for that cluster:
 - a ControlPlane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) built from the
   CAs and keys in the applied machine config, bound to the cluster endpoint's loopback address
   (the first control plane's) at the endpoint's port, so the kubeconfig the Talos Kubeconfig RPC
   hands out works unchanged;
-- kwok as every member's kubelet (lab/kwok): a Node per member, registered by the lab the way a
-  kubelet registers itself, NotReady until the Cilium agent pod on it is Ready, reporting the
-  kubelet version of its machine config, plus the control planes' static-pod mirror Pods with the
-  images of their configs (lab/static_pods.py), and the objects of the Talos bootstrap manifests
-  a control plane renders from its config that do not exist yet (lab/bootstrap_manifests.py:
-  created once, as Talos does; only an upgrade's manifest sync updates them). The control plane itself is the one pinned
-  Kubernetes version (tools/versions.env), whatever version the configs name;
+- kwok as every member's kubelet (lab/kwok), with the passes of lab/cluster_nodes.py: a Node per
+  member, registered by the lab the way a kubelet registers itself, NotReady until the Cilium
+  agent pod on it is Ready, reporting the kubelet version of its machine config, plus the control
+  planes' static-pod mirror Pods with the images of their configs (lab/static_pods.py), and the
+  objects of the Talos bootstrap manifests a control plane renders from its config that do not
+  exist yet (lab/bootstrap_manifests.py: created once, as Talos does; only an upgrade's manifest
+  sync updates them). The control plane itself is the one pinned Kubernetes version
+  (tools/versions.env), whatever version the configs name;
 - real cert-manager (lab/certmanager.py: its controller and webhook as processes) when the lab
   runs an ACME server (lab/acme.py), with the zone host records published in the lab's DNS
   (lab/zone_dns.py); without one, the certificate issuer stand-in instead;
@@ -27,7 +29,6 @@ The control plane stops when every node of the cluster was reset, or the node th
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import logging
 import os
@@ -38,10 +39,10 @@ from typing import Optional
 
 from kubernetes import client
 
-from lab import bootstrap_manifests, kubelets, kwok, pod_network, service_proxy, static_pods
+from lab import kwok, service_proxy
 from lab.acme import Acme
 from lab.certmanager import CertManager
-from lab.cluster_config import MemberInfo, read_cluster_config, v1alpha1
+from lab.cluster_config import read_cluster_config
 from lab.cluster_health import (
     CHECK_CILIUM,
     CHECK_CONTROL_PLANE,
@@ -50,15 +51,14 @@ from lab.cluster_health import (
     CNI_NAMESPACE,
     CNI_SELECTOR,
     cilium_problem,
-    cni_ready_nodes,
     nodes_ready_problem,
     nodes_report_problem,
 )
+from lab.cluster_nodes import NodeSync
 from lab.flux_operator import OperatorRunner
 from lab.controlplane import ControlPlane
 from lab.process import Managed
-from lab.standins.loop import REQUEST_TIMEOUT, RevisionGate, api_client, describe
-from lab.talos_node import manifests as talos_manifests
+from lab.standins.loop import RevisionGate, api_client, describe
 from lab.talos_node.cluster import ClusterRegistry, HealthQuery
 from lab.talos_node.node import EmulatedNode
 from lab.zone_dns import ZoneDns
@@ -68,10 +68,6 @@ log = logging.getLogger(__name__)
 POLL = 1.0  # seconds between a runner's reconciliations
 PROBE_TIMEOUT = 5.0  # seconds per API call of a health probe
 START_ATTEMPTS = 3
-
-
-# --- one cluster ---------------------------------------------------------------------------------
-
 
 Check = tuple[str, Optional[str]]
 
@@ -115,8 +111,7 @@ class ClusterRunner:
         self.standins: list = []
         self.kubeconfig_path = self.workdir / "admin.kubeconfig"
         self._api: client.ApiClient | None = None
-        self._registered: dict[str, str] = {}  # node address -> Node name
-        self._manifests_known: set = set()  # bootstrap-manifest objects seen (created once, never updated)
+        self.node_sync = NodeSync(registry, key, self.name)  # the members' Nodes and what follows them
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -318,7 +313,8 @@ class ClusterRunner:
                 log.warning("cluster %s: kwok exited; restarting it. Last lines:\n%s", self.name, self.kwok.tail())
                 self.kwok = kwok.start(self.workdir, self.kubeconfig_path, cluster=self.name,
                                        node_ip=self.host.address, pod_cidr=self.config.pod_subnet)
-            self._reconcile_nodes(objects_moved=moved)
+            assert self._api is not None
+            self.node_sync.reconcile(self._api, self.config, self.flux, objects_moved=moved)
         except Exception as e:  # noqa: BLE001 - retried on the next tick
             log.warning("cluster %s: reconcile failed, retrying: %s", self.name, describe(e))
         if not moved:
@@ -330,69 +326,6 @@ class ClusterRunner:
                 part.reconcile(self._api)
             except Exception as e:  # noqa: BLE001 - retried on the next tick
                 log.warning("cluster %s: %s reconcile failed, retrying: %s", self.name, type(part).__name__, describe(e))
-
-    def members(self) -> list[EmulatedNode]:
-        """Nodes of this cluster whose kubelet would be up: configured with its config."""
-        return [n for n in self.registry.nodes_of(self.key) if n.mode == "configured" and n.config is not None]
-
-    def _reconcile_nodes(self, objects_moved: bool = True) -> None:
-        assert self._api is not None
-        core = client.CoreV1Api(self._api)
-        nodes = {n.metadata.name: n for n in core.list_node(_request_timeout=REQUEST_TIMEOUT).items}
-        cidrs = [n.spec.pod_cidr for n in nodes.values() if n.spec and n.spec.pod_cidr]
-        current = {n.address: (n, MemberInfo.of(n)) for n in self.members()}
-        holding = {n.address for n in self.registry.nodes_of(self.key)}  # rebooting ones included
-        leases = client.CoordinationV1Api(self._api)
-        for address, (_node, member) in current.items():
-            existing = nodes.get(member.hostname)
-            if existing is None:
-                cidr = kubelets.pod_cidr(self.config.pod_subnet, cidrs)
-                cidrs.append(cidr)
-                allow = self.config.allow_scheduling_on_control_planes
-                body = kubelets.node_manifest(member, cluster=self.name, cidr=cidr, allow_scheduling_on_control_planes=allow)
-                try:
-                    core.create_node(body, _request_timeout=REQUEST_TIMEOUT)
-                    log.info("cluster %s: registered Node %s (%s)", self.name, member.hostname, address)
-                except client.ApiException as e:
-                    if e.status != 409:
-                        raise
-            elif (existing.metadata.annotations or {}).get(kwok.MANAGED_ANNOTATION) != self.name:
-                self._annotate(core, member.hostname, {kwok.MANAGED_ANNOTATION: self.name})
-            if address not in self._registered and existing is not None and kubelets.rejoin(core, leases, member.hostname):
-                log.info("cluster %s: Node %s (%s) is back; kwok plays its kubelet again", self.name, member.hostname, address)
-            self._registered[address] = member.hostname
-        for address in [a for a in self._registered if a not in holding]:
-            # The machine left (reset): its kubelet stops; the Node stays, unrenewed (lab/kubelets.py).
-            name = self._registered.pop(address)
-            if name in nodes:
-                kubelets.leave(leases, name)
-                log.info("cluster %s: Node %s (%s) left; no kubelet renews it now", self.name, name, address)
-        static_pods.reconcile(core, current.values(), nodes)
-        if objects_moved:
-            self._reconcile_cni(core, nodes)
-            pod_network.reconcile(core, nodes, kube_proxy=self.config.kube_proxy)  # seed 002: host-network clients of the Service ClusterIP
-            if self.flux is not None:
-                self.flux.reconcile(core)
-        # Talos's ManifestApplyController on a control plane: the bootstrap manifests' missing objects.
-        cps = sorted((n for n, m in current.values() if m.control_plane), key=lambda n: n.address)
-        if cps:
-            manifests = talos_manifests.render(v1alpha1(cps[0].config.raw))
-            bootstrap_manifests.create_missing(self._api, cps[0], manifests, self._manifests_known)
-
-    def _reconcile_cni(self, core: client.CoreV1Api, nodes: dict) -> None:
-        pods = core.list_namespaced_pod(CNI_NAMESPACE, label_selector=CNI_SELECTOR, _request_timeout=REQUEST_TIMEOUT).items
-        ready = cni_ready_nodes(pods)
-        for name in self._registered.values():
-            node = nodes.get(name)
-            if node is None:
-                continue
-            marked = (node.metadata.annotations or {}).get(kwok.CNI_READY_ANNOTATION) == "true"
-            if (name in ready) != marked:
-                self._annotate(core, name, {kwok.CNI_READY_ANNOTATION: "true" if name in ready else None})
-
-    @staticmethod
-    def _annotate(core: client.CoreV1Api, name: str, annotations: dict) -> None:
-        core.patch_node(name, {"metadata": {"annotations": annotations}}, _request_timeout=REQUEST_TIMEOUT)
 
     # -- health ------------------------------------------------------------------------------------
 
@@ -435,132 +368,3 @@ class ClusterRunner:
         except Exception as e:  # noqa: BLE001
             return f"kube-apiserver /readyz: {describe(e)}"
         return None if str(body).strip() == "ok" else f"kube-apiserver /readyz: {str(body).strip()[:200]}"
-
-
-# --- all clusters --------------------------------------------------------------------------------
-
-
-class ClusterManager:
-    """Starts a ClusterRunner for each bootstrapped cluster of a registry, stops it on reset."""
-
-    def __init__(
-        self,
-        registry: ClusterRegistry,
-        workdir: Path,
-        *,
-        hub_kubeconfig: Path | None = None,
-        poll: float = 0.5,
-        runner_poll: float = POLL,
-        standins: bool = True,
-        acme: Acme | None = None,
-    ) -> None:
-        self.registry = registry
-        self.acme = acme
-        self.workdir = Path(workdir)
-        self.hub_kubeconfig = hub_kubeconfig
-        self.poll = poll
-        self.runner_poll = runner_poll
-        self.standins = standins
-        self.runners: dict[str, ClusterRunner] = {}
-        self._ended: set[str] = set()  # keys whose control plane stopped while still bootstrapped
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        registry.on_bootstrap(self._bootstrapped)
-
-    def start(self) -> "ClusterManager":
-        self._thread = threading.Thread(target=self._run, name="lab-cluster-manager", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self, timeout: float = 180.0) -> None:
-        """Stop every cluster (all their processes, by pid) and the manager."""
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-        with self._lock:
-            runners = list(self.runners.values())
-        for r in runners:
-            r._stop.set()
-        for r in runners:
-            r.stop(timeout)
-
-    def __enter__(self) -> "ClusterManager":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    def runner(self, key: str) -> ClusterRunner | None:
-        with self._lock:
-            return self.runners.get(key)
-
-    def pids(self) -> dict[str, int]:
-        with self._lock:
-            runners = list(self.runners.values())
-        out: dict[str, int] = {}
-        for r in runners:
-            out.update(r.pids())
-        return out
-
-    def _bootstrapped(self, key: str) -> None:
-        """Registry hook, on the emulator's loop: until the runner is up, HealthCheck says so."""
-        self.registry.set_health_probe(
-            key, lambda q: [(CHECK_NODES_REPORT, "the lab is still starting the cluster's kube-apiserver")]
-        )
-        self._wake.set()
-
-    def _host(self, key: str) -> EmulatedNode | None:
-        """The first etcd member still holding the cluster's config: the control plane's host."""
-        for member in self.registry.state(key).members.values():
-            node = self.registry.node(member.address)
-            if node is not None and node.cluster_key == key and node.config is not None and node.is_control_plane:
-                return node
-        return None
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._reconcile()
-            except Exception:  # noqa: BLE001 - keep managing the other clusters
-                log.exception("cluster manager: reconcile failed")
-            self._wake.wait(self.poll)
-            self._wake.clear()
-
-    def _reconcile(self) -> None:
-        bootstrapped = set(self.registry.bootstrapped())
-        self._ended &= bootstrapped  # a cluster that was forgotten may be bootstrapped anew
-        with self._lock:
-            runners = dict(self.runners)
-        for key, runner in runners.items():
-            # A new generation is a new etcd (a disaster recovery's bootstrap): a new control plane.
-            gone = (key not in bootstrapped or runner.host.cluster_key != key
-                    or runner.generation != self.registry.state(key).generation)
-            if gone or not runner.alive:
-                if gone:
-                    log.info("cluster %s: its nodes were reset or its etcd was lost; stopping its control plane",
-                             runner.name)
-                runner.stop()
-                with self._lock:
-                    self.runners.pop(key, None)
-                if key in bootstrapped and runner.generation == self.registry.state(key).generation:
-                    self._ended.add(key)
-        for key in bootstrapped - set(runners) - self._ended:
-            host = self._host(key)
-            if host is None or host.mode != "configured":
-                continue
-            digest = hashlib.sha256(key.encode()).hexdigest()[:8]
-            runner = ClusterRunner(
-                self.registry, key, host, self.workdir / f"{_safe(host.config.cluster_name)}-{digest}",
-                hub_kubeconfig=self.hub_kubeconfig, poll=self.runner_poll, standins=self.standins, acme=self.acme,
-            )
-            with self._lock:
-                self.runners[key] = runner
-            runner.start()
-            log.info("cluster %s (%s): bootstrapped; starting its control plane on %s", runner.name, key, runner.address)
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "-" for c in name) or "cluster"

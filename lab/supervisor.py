@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the heavy imports wait until a lab starts: `python -m lab status` stays quick
-    from lab.clusters import ClusterManager
+    from lab.cluster_manager import ClusterManager
     from lab.talos_node.lab import Lab
 
 CONTROL_PORT = 50080  # lab.talos_node.control.CONTROL_PORT
@@ -134,7 +134,7 @@ class Supervisor:
             for r in runners:
                 clusters.append({"name": r.name, "endpoint": r.config.endpoint, "apiserver": f"https://{r.address}:{r.config.endpoint_port}",
                                  "state": r.state, "kubeconfig": str(r.kubeconfig_path),
-                                 "nodes": sorted(r._registered.values())})
+                                 "nodes": sorted(r.node_sync.registered.values())})
         return {
             "phase": self.phase,
             "error": self.error,
@@ -186,7 +186,7 @@ class Supervisor:
             self._stop()
 
     def _start(self) -> None:
-        from lab.clusters import ClusterManager
+        from lab.cluster_manager import ClusterManager
         from lab.talos_node import control
         from lab.talos_node.lab import Lab
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from kontinuum.talos import machineconfig as mc
-from kontinuum.talos.clusterspec import ClusterSpec
 from kontinuum.talos import secrets, talosconfig
+from kontinuum.talos.clusterspec import ClusterSpec
 from lab.talos_node import Lab
 
 GO_MODULE = Path(__file__).parent / "talosclient"

@@ -19,11 +19,11 @@ import yaml
 
 from kontinuum.talos import ca_rotation as cr
 from kontinuum.talos import machineconfig as mc
-from kontinuum.talos.clusterspec import CONTROLPLANE, ClusterSpec, PoolSpec
 from kontinuum.talos import rotate, secrets, talosconfig
 from kontinuum.talos.client import TalosClient
+from kontinuum.talos.clusterspec import CONTROLPLANE, ClusterSpec, PoolSpec
 from kontinuum.talos.errors import TalosError
-from lab.clusters import ClusterManager
+from lab.cluster_manager import ClusterManager
 from lab.process import wait_until
 from lab.talos_node import Lab
 

@@ -20,10 +20,10 @@ from kontinuum.backup.restore import Bounds, restore, verify
 from kontinuum.backup.take import take
 from kontinuum.backup.zone import BackupError, ZoneAccess
 from kontinuum.talos import machineconfig as mc
-from kontinuum.talos.clusterspec import CONTROLPLANE, ClusterSpec, PoolSpec
 from kontinuum.talos import secrets, talosconfig
 from kontinuum.talos.client import TalosClient
-from lab.clusters import ClusterManager
+from kontinuum.talos.clusterspec import CONTROLPLANE, ClusterSpec, PoolSpec
+from lab.cluster_manager import ClusterManager
 from lab.process import wait_until
 from lab.talos_node import Lab
 

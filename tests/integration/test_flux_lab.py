@@ -13,11 +13,11 @@ from kubernetes import client
 
 from kontinuum.kube import flux
 from kontinuum.talos import machineconfig as mc
-from kontinuum.talos.clusterspec import ClusterSpec
 from kontinuum.talos import secrets
+from kontinuum.talos.clusterspec import ClusterSpec
 from lab import crds as lab_crds
 from lab import flux_operator
-from lab.clusters import ClusterManager
+from lab.cluster_manager import ClusterManager
 from lab.git_server import GitServer, init_repo
 from lab.process import wait_until
 from lab.talos_node import Lab

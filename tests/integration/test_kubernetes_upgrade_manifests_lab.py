@@ -19,10 +19,10 @@ from kubernetes import client, config as kconfig
 
 from kontinuum.lifecycle import kubernetes_upgrade as ku
 from kontinuum.talos import machineconfig as mc
-from kontinuum.talos.clusterspec import ClusterSpec, PoolSpec
 from kontinuum.talos import secrets
 from kontinuum.talos.client import TalosClient
-from lab.clusters import ClusterManager
+from kontinuum.talos.clusterspec import ClusterSpec, PoolSpec
+from lab.cluster_manager import ClusterManager
 from lab.process import wait_until
 from lab.talos_node import Lab
 from tests.integration.test_kubernetes_upgrade_lab import CNI_AGENT, talos, tools  # noqa: F401 - tools: a fixture

@@ -15,9 +15,9 @@ import yaml
 from kubernetes import client, config as kconfig
 
 from kontinuum.talos import machineconfig as mc
-from kontinuum.talos.clusterspec import ClusterSpec
 from kontinuum.talos import secrets, talosconfig
 from kontinuum.talos.client import TalosClient
+from kontinuum.talos.clusterspec import ClusterSpec
 from lab.process import pid_alive, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

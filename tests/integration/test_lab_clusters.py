@@ -15,12 +15,12 @@ import yaml
 from kubernetes import client, config as kconfig
 
 from kontinuum.talos import machineconfig as mc
-from kontinuum.talos.clusterspec import CONTROLPLANE, ClusterSpec, PoolSpec
 from kontinuum.talos import secrets, talosconfig
 from kontinuum.talos.client import TalosClient
+from kontinuum.talos.clusterspec import CONTROLPLANE, ClusterSpec, PoolSpec
 from kontinuum.talos.errors import ClusterUnhealthyError
 from lab import upstream
-from lab.clusters import ClusterManager
+from lab.cluster_manager import ClusterManager
 from lab.process import pid_alive, wait_until
 from lab.pulumi_cli import Stack
 from lab.talos_node import Lab

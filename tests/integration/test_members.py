@@ -11,8 +11,8 @@ import pytest
 from kontinuum.hub.crds import LABEL_CLAIMED_BY
 from kontinuum.hub.inventory import Inventory, MembersUnavailable
 from kontinuum.talos import machineconfig as mc
-from kontinuum.talos.clusterspec import CONTROLPLANE, ClusterSpec
 from kontinuum.talos import secrets
+from kontinuum.talos.clusterspec import CONTROLPLANE, ClusterSpec
 from lab.hub import Hub
 from lab.talos_node import Lab
 from providers.config_apply import ConfigApplyProvider

@@ -23,9 +23,9 @@ from cryptography.x509.oid import NameOID
 from grpclib.const import Status
 
 from kontinuum.talos import machineconfig as mc
-from kontinuum.talos.clusterspec import CONTROLPLANE, ClusterSpec, PoolSpec
 from kontinuum.talos import pki, secrets, talosconfig
 from kontinuum.talos.client import Deadlines, TalosClient, discover
+from kontinuum.talos.clusterspec import CONTROLPLANE, ClusterSpec, PoolSpec
 from kontinuum.talos.errors import (
     AlreadyBootstrappedError,
     ClientCertificateRejectedError,

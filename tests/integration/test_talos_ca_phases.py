@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from kontinuum.talos import machineconfig as mc
-from kontinuum.talos.clusterspec import ClusterSpec, PoolSpec
 from kontinuum.talos import pki, secrets, talosconfig
 from kontinuum.talos.client import TalosClient
+from kontinuum.talos.clusterspec import ClusterSpec, PoolSpec
 from kontinuum.talos.errors import TalosError
 from lab.talos_node import Lab
 

@@ -14,8 +14,8 @@ import pytest
 from grpclib.const import Status
 
 from kontinuum.talos import machineconfig as mc
-from kontinuum.talos.clusterspec import CONTROLPLANE, ClusterSpec, PoolSpec
 from kontinuum.talos import pki, secrets, talosconfig
+from kontinuum.talos.clusterspec import CONTROLPLANE, ClusterSpec, PoolSpec
 from kontinuum.talos.pki import CertKey
 from kontinuum.talos.transport import load_cert_chain
 from kontinuum.talos.waits import WaitTimeout

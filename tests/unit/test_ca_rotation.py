@@ -10,8 +10,8 @@ import pytest
 
 from kontinuum.talos import ca_rotation as cr
 from kontinuum.talos import machineconfig as mc
-from kontinuum.talos.clusterspec import ClusterSpec, PoolSpec
 from kontinuum.talos import secrets
+from kontinuum.talos.clusterspec import ClusterSpec, PoolSpec
 from lab.talos_node import machineconfig as lab_mc
 
 BUNDLE = secrets.generate()

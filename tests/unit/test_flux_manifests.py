@@ -140,8 +140,8 @@ def test_lab_reads_whether_kube_proxy_serves_the_cluster_ip():
     import yaml
 
     from kontinuum.talos import machineconfig as mc
-    from kontinuum.talos.clusterspec import ClusterSpec
     from kontinuum.talos import secrets
+    from kontinuum.talos.clusterspec import ClusterSpec
     from lab.cluster_config import read_cluster_config
 
     spec = ClusterSpec(name="c", endpoint="https://127.0.43.11:6443", kubernetes_version="1.35.4")

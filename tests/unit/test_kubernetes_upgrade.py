@@ -255,8 +255,8 @@ def test_preview_logs_the_plan_and_refuses_a_skipped_minor(monkeypatch):
 
 def test_held_back_changes_only_the_image_bytes_of_a_rendered_config():
     from kontinuum.talos import machineconfig as mc
-    from kontinuum.talos.clusterspec import ClusterSpec
     from kontinuum.talos import secrets
+    from kontinuum.talos.clusterspec import ClusterSpec
 
     rendered = mc.render(ClusterSpec(name="z", endpoint="https://127.0.47.9:6443", kubernetes_version="1.35.5"),
                          secrets.generate()).decode()

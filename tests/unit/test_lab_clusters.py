@@ -8,8 +8,8 @@ import yaml
 from kubernetes import client
 
 from kontinuum.talos import machineconfig as mc
-from kontinuum.talos.clusterspec import ClusterSpec, PoolSpec
 from kontinuum.talos import pki, secrets
+from kontinuum.talos.clusterspec import ClusterSpec, PoolSpec
 from lab import cluster_config, cluster_health, kubelets, kwok
 
 

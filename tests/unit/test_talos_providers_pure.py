@@ -14,8 +14,8 @@ import pytest
 from pulumi.runtime import rpc
 
 from kontinuum.talos import machineconfig as mc
-from kontinuum.talos.clusterspec import CONTROLPLANE, ClusterSpec, PoolSpec
 from kontinuum.talos import secrets, talosconfig
+from kontinuum.talos.clusterspec import CONTROLPLANE, ClusterSpec, PoolSpec
 from providers.bootstrap import Bootstrap, BootstrapProvider
 from providers.ca_rotation import CaRotation
 from providers.cluster_health import ClusterHealth, ClusterHealthProvider
