@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from kontinuum.backup.files import DEFAULT_DIRECTORY as BACKUP_DIRECTORY
 from kontinuum.backup.files import DEFAULT_KEEP as BACKUP_KEEP
 from kontinuum.talos import support
-from kontinuum.talos.clusterspec import TALOS_VERSION
+from kontinuum.talos.clusterspec import TALOS_VERSION, is_ip
 from kontinuum.talos.renewal import RENEW_BEFORE_DAYS
 from kontinuum.talos.waits import WAIT_DEFAULTS
 from kontinuum_components.flux_contract import FLUX
@@ -70,14 +70,6 @@ _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
 _LABEL = r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?"
 _HOST = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*\.?$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s.]+$")
-
-
-def is_ip(value: str) -> bool:
-    try:
-        ipaddress.ip_address(value)
-        return True
-    except ValueError:
-        return False
 
 
 def _host_problem(host: str) -> bool:

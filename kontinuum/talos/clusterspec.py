@@ -190,7 +190,7 @@ def spec_problems(spec: ClusterSpec, prefix: str = "") -> list[ConfigError]:
         add(ConfigError("network.dnsDomain", f"must be a DNS name, got {spec.network.dns_domain!r}"))
 
     for i, san in enumerate(spec.cert_sans):
-        if not isinstance(san, str) or not (_is_ip(san) or _DNS_NAME.match(san.removeprefix("*."))):
+        if not isinstance(san, str) or not (is_ip(san) or _DNS_NAME.match(san.removeprefix("*."))):
             add(ConfigError(f"certSANs[{i}]", f"must be a DNS name or IP address, got {san!r}"))
 
     out.extend(_pool_problems(spec.control_plane, "controlPlane", controlplane=True))
@@ -216,7 +216,7 @@ def validate_spec(spec: ClusterSpec, prefix: str = "") -> None:
         raise ConfigErrors(problems)
 
 
-def _is_ip(value: str) -> bool:
+def is_ip(value: str) -> bool:
     try:
         ipaddress.ip_address(value)
         return True
