@@ -27,10 +27,19 @@ SHARED_ADDRESSES = {
     "net44": ("e2e/test_ci_engine.py", "e2e/test_shared_backend_engine.py"),
 }
 GROUP_OF = {module: group for group, modules in SHARED_ADDRESSES.items() for module in modules}
-# The two longest serial groups start first, one per worker: the kill chains (~20 min) once ran
-# last, alone, for the final 20 minutes of a 53-minute suite. Every other group keeps xdist's own
-# order (most tests first); `make test` passes --no-loadscope-reorder so that this order holds.
-FIRST = ("e2e/test_kills_engine.py", "lab33")
+# The longest serial groups start first, one per worker: the kill chains (two modules of ~15 min,
+# each with a lab of its own) and the session lab's modules (~25 min). Every other group keeps
+# xdist's own order (most tests first); `make test` passes --no-loadscope-reorder so that this
+# order holds. xdist also hands a worker whose first group has at most two tests a second group at
+# once, which then waits behind it: the smallest unit-test modules go there, not a long group.
+FIRST = ("e2e/test_kills_create_engine.py", "e2e/test_kills_delete_engine.py", "lab33")
+
+
+def run_order(groups: dict[str, int]) -> list[str]:
+    """Groups (name → number of tests) in the order they are handed out."""
+    rest = sorted((g for g in groups if g not in FIRST), key=lambda g: -groups[g])
+    behind = sorted((g for g in rest if g.startswith("unit/")), key=lambda g: groups[g])[:len(FIRST)]
+    return [g for g in FIRST if g in groups] + behind + [g for g in rest if g not in behind]
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns the marker into the item's group
@@ -43,8 +52,8 @@ def pytest_collection_modifyitems(items):
     size: dict[str, int] = {}
     for group in group_of.values():
         size[group] = size.get(group, 0) + 1
-    # Stable: a module's tests keep their order.
-    items.sort(key=lambda item: (FIRST.index(g), 0) if (g := group_of[item.nodeid]) in FIRST else (len(FIRST), -size[g]))
+    rank = {g: i for i, g in enumerate(run_order(size))}
+    items.sort(key=lambda item: rank[group_of[item.nodeid]])  # stable: a module's tests keep their order
 
 
 @pytest.fixture(scope="session")
