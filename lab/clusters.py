@@ -42,7 +42,7 @@ from kubernetes import client
 from lab import kwok, service_proxy
 from lab.acme import Acme
 from lab.certmanager import CertManager
-from lab.cluster_config import read_cluster_config
+from lab.cluster_config import ClusterConfig, read_cluster_config
 from lab.cluster_health import (
     CHECK_CILIUM,
     CHECK_CONTROL_PLANE,
@@ -281,22 +281,28 @@ class ClusterRunner:
     def _follow_cluster_ca(self) -> None:
         """cluster.ca or cluster.acceptedCAs changed on the hosting control plane (a CA rotation's
         phase, applied without a reboot): restart the control plane on the new chain, as Talos does."""
-        if self.control_plane is None or self.host.config is None or self.ca_settled():
+        if self.control_plane is None:
             return
-        now = read_cluster_config(self.host.config.raw).pki
+        configured = self._configured()
+        if configured is None or self._serves(configured):
+            return
         log.info("cluster %s: the cluster CA chain changed; restarting the apiserver with it", self.name)
-        self.control_plane.restart_with(now)
-        self.config = read_cluster_config(self.host.config.raw)
-        self.registry.set_k8s_chain(self.key, now.ca.crt + now.accepted_cas)
+        self.control_plane.restart_with(configured.pki)
+        self.config = configured
+        self.registry.set_k8s_chain(self.key, configured.pki.ca.crt + configured.pki.accepted_cas)
 
     def ca_settled(self) -> bool:
-        """Whether the apiserver serves the CA chain of the host's config: no restart is pending.
-        The registry's chain is set only once a restart succeeded, so a failed one is tried again."""
+        """Whether the apiserver serves the CA chain of the host's config: no restart is pending."""
+        configured = self._configured()
+        return configured is None or self._serves(configured)
+
+    def _configured(self) -> ClusterConfig | None:
         config = self.host.config
-        if config is None:
-            return True
-        now = read_cluster_config(config.raw).pki
-        return self.registry.k8s_chain(self.key) == now.ca.crt + now.accepted_cas
+        return None if config is None else read_cluster_config(config.raw)
+
+    def _serves(self, configured: ClusterConfig) -> bool:
+        # The registry's chain is set only once a restart succeeded, so a failed one is tried again.
+        return self.registry.k8s_chain(self.key) == configured.pki.ca.crt + configured.pki.accepted_cas
 
     def _tick(self) -> None:
         try:
