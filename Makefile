@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TOOLS_BIN = $(shell tools/install.sh --print-bin)
 RUN = PATH="$(TOOLS_BIN):$(CURDIR)/$(VENV)/bin:$$PATH"
 
-.PHONY: all venv tools debs test test-unit lab lab-down clean preview
+.PHONY: all venv tools tools-product tools-lab debs test test-unit lab lab-down clean preview
 
 all: test
 
@@ -18,8 +18,17 @@ $(VENV)/.installed: requirements.txt
 
 venv: $(VENV)/.installed
 
+# Tools by need (README, "Tools"): a region's pipeline builds only the product's (engine, language
+# host, Kubernetes provider, Talos validator); the lab adds its control planes, kwok, Pebble and
+# cert-manager; the tests add the S3 server and the Flux Operator.
 tools:
-	tools/install.sh
+	tools/install.sh all
+
+tools-product:
+	tools/install.sh product
+
+tools-lab:
+	tools/install.sh lab
 
 # Debian packages the tests run (a real DNS server); apt-get installs them when root.
 debs:
@@ -38,7 +47,7 @@ test-unit: venv
 # The lab stack uses a throwaway passphrase: its secrets protect nothing outside this machine.
 LAB_ENV = KONTINUUM_STATE=$(CURDIR)/.state PULUMI_CONFIG_PASSPHRASE=kontinuum-lab
 
-lab: venv tools
+lab: venv tools-lab
 	$(RUN) $(PY) -m lab up
 	$(LAB_ENV) tools/pulumi --non-interactive stack select lab --create
 	$(LAB_ENV) tools/pulumi --non-interactive up --yes --skip-preview --stack lab
@@ -55,10 +64,10 @@ clean:
 # stacks/Pulumi.example-eu.yaml is documentation (no stack), so it is left out here.
 # PREVIEW_ARGS="--refresh --expect-no-changes" for a drift check.
 PREVIEW_ARGS ?= --exclude example-eu
-preview: venv tools
+preview: venv tools-product
 	$(RUN) $(PY) -m kontinuum preview --all $(PREVIEW_ARGS)
 
 # Benchmarks (issue 9): figures, not tests; writes bench/RESULTS.md. BENCH_ARGS="--runs 1 --only noop" etc.
 .PHONY: bench
-bench: venv tools
+bench: venv tools-lab
 	$(RUN) $(PY) -m bench $(BENCH_ARGS)

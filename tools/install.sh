@@ -261,30 +261,71 @@ build_flux_operator() ( # a subshell: its EXIT trap cleans up and cannot fire la
     -ldflags "-s -w -X main.VERSION=$FLUX_OPERATOR_VERSION" -o "$1/flux-operator" ./cmd/operator)
 )
 
-# Optional arguments name a subset of tools to provide (default: all of them).
-wanted=" ${*:-all} "
-want() { [[ $wanted == *" all "* || $wanted == *" $1 "* ]]; }
+# What each job needs (README, "Tools"): a region's pipeline runs only the product; the lab adds
+# the control plane, kwok, Pebble and cert-manager; the tests add the S3 server and the Flux Operator.
+product_tools="pulumi pulumi-language-python pulumi-resource-kubernetes kontinuum-talos-validate"
+lab_tools="$product_tools etcd etcdutl kube-apiserver kube-controller-manager kube-scheduler kwok pebble pebble-challtestsrv cert-manager-controller cert-manager-webhook"
+all_tools="$lab_tools weed flux-operator"
+
+# provide_tool NAME: provide one tool at its pin with its builder.
+provide_tool() {
+  case $1 in
+    pulumi) provide pulumi "$PULUMI_VERSION" build_pulumi ;;
+    pulumi-language-python) provide "$1" "$PULUMI_LANGUAGE_PYTHON_VERSION" build_language_python ;;
+    pulumi-resource-kubernetes) provide "$1" "$PULUMI_KUBERNETES_VERSION" build_kubernetes_provider ;;
+    kontinuum-talos-validate) provide "$1" "$TALOS_MACHINERY_VERSION" build_talos_validate ;;
+    etcd) provide etcd "$ETCD_VERSION" build_etcd ;;
+    etcdutl) provide etcdutl "$ETCDUTL_VERSION" build_etcdutl ;;
+    kube-*) component=$1 provide "$1" "$KUBERNETES_VERSION" build_kube_component ;;
+    kwok) provide kwok "$KWOK_VERSION" build_kwok ;;
+    pebble*) component=$1 provide "$1" "$PEBBLE_VERSION" build_pebble_pair ;;
+    cert-manager-*) component=$1 provide "$1" "$CERT_MANAGER_VERSION" build_cert_manager_pair ;;
+    weed) provide weed "$SEAWEEDFS_VERSION" build_weed ;;
+    flux-operator) provide flux-operator "$FLUX_OPERATOR_VERSION" build_flux_operator ;;
+  esac
+}
+
+# Arguments name tools or the sets product, lab and all (the default).
+wanted=" "
+for arg in "${@:-all}"; do
+  case $arg in
+    product) wanted+="$product_tools " ;;
+    lab) wanted+="$lab_tools " ;;
+    all) wanted+="$all_tools " ;;
+    *) [[ " $all_tools " == *" $arg "* ]] || die "$arg" "no such tool (tools: $all_tools; sets: product, lab, all)"
+       wanted+="$arg " ;;
+  esac
+done
+want() { [[ $wanted == *" $1 "* ]]; }
+
+# Units of work, the longest cold build first (README, "Tools"); the tools of a unit share one
+# build or one module graph and go one after the other. Units run side by side, KONTINUUM_TOOLS_JOBS
+# at a time (2): one Go build alone leaves a core idle while it links or waits on a download. A
+# failed unit stops only itself: the others finish and stay cached, and the run then fails naming it.
+units=(
+  "pulumi-resource-kubernetes" "kube-apiserver kube-controller-manager kube-scheduler" "pulumi" "weed"
+  "cert-manager-controller cert-manager-webhook" "flux-operator" "kwok" "etcd etcdutl"
+  "kontinuum-talos-validate" "pulumi-language-python" "pebble pebble-challtestsrv"
+)
+lanes=${KONTINUUM_TOOLS_JOBS:-2}
+failed=$(mktemp -d); trap 'rm -rf "$failed"' EXIT
+run_unit() { local tool; for tool in $1; do if want "$tool"; then provide_tool "$tool"; fi; done; }
 
 t0=$SECONDS
 say "tool directory: $bin"
-want pulumi && provide pulumi "$PULUMI_VERSION" build_pulumi
-want pulumi-language-python && provide pulumi-language-python "$PULUMI_LANGUAGE_PYTHON_VERSION" build_language_python
-want pulumi-resource-kubernetes && provide pulumi-resource-kubernetes "$PULUMI_KUBERNETES_VERSION" build_kubernetes_provider
-want etcd && provide etcd "$ETCD_VERSION" build_etcd
-want etcdutl && provide etcdutl "$ETCDUTL_VERSION" build_etcdutl
-for component in kube-apiserver kube-controller-manager kube-scheduler; do
-  want "$component" && provide "$component" "$KUBERNETES_VERSION" build_kube_component
+i=0
+for unit in "${units[@]}"; do
+  any=; for tool in $unit; do if want "$tool"; then any=1; fi; done
+  [ -n "$any" ] || continue
+  while [ "$(jobs -pr | wc -l)" -ge "$lanes" ]; do wait -n || true; done
+  ( (run_unit "$unit") || echo "$unit" >"$failed/$i" ) &
+  i=$((i + 1))
 done
-want kwok && provide kwok "$KWOK_VERSION" build_kwok
-for component in pebble pebble-challtestsrv; do
-  want "$component" && provide "$component" "$PEBBLE_VERSION" build_pebble_pair
-done
-for component in cert-manager-controller cert-manager-webhook; do
-  want "$component" && provide "$component" "$CERT_MANAGER_VERSION" build_cert_manager_pair
-done
-want weed && provide weed "$SEAWEEDFS_VERSION" build_weed
-want flux-operator && provide flux-operator "$FLUX_OPERATOR_VERSION" build_flux_operator
-want kontinuum-talos-validate && provide kontinuum-talos-validate "$TALOS_MACHINERY_VERSION" build_talos_validate
+wait
+if [ -n "$(ls -A "$failed")" ]; then
+  say "not provided (see above): $(cat "$failed"/* | tr '\n' ' ')"
+  exit 1
+fi
 # Our dynamic-provider launcher is not a shared tool: tools/pulumi puts this checkout's
 # tools/plugins on PATH. (Earlier versions linked it here, tying the cache to one checkout.)
 rm -f "$bin/pulumi-resource-pulumi-python"
