@@ -46,6 +46,7 @@ class ClusterManager:
         self.runner_poll = runner_poll
         self.standins = standins
         self.runners: dict[str, ClusterRunner] = {}
+        self.started = 0  # control planes started, for the lab's usage record
         self._ended: set[str] = set()  # keys whose control plane stopped while still bootstrapped
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -142,6 +143,7 @@ class ClusterManager:
             )
             with self._lock:
                 self.runners[key] = runner
+                self.started += 1
             runner.start()
             log.info("cluster %s (%s): bootstrapped; starting its control plane on %s", runner.name, key, runner.address)
 

@@ -24,6 +24,7 @@ import ipaddress
 import json
 import logging
 import os
+import resource
 import shutil
 import signal
 import sys
@@ -53,6 +54,7 @@ STATUS_EVERY = 2.0  # seconds between status.json refreshes
 
 PID_FILE = "supervisor.pid"
 STATUS_FILE = "status.json"
+USAGE_FILE = "usage.json"  # written when the lab stops
 HUB_DIR = "hub"
 HUB_KUBECONFIG = "kubeconfig"  # .state/lab/hub/kubeconfig: what stacks/Pulumi.lab.yaml reads
 
@@ -238,7 +240,22 @@ class Supervisor:
             self.phase = "stopped"
         self.write_status()
         (self.state_dir / PID_FILE).unlink(missing_ok=True)
+        self._write_usage()
         log.info("lab stopped")
+
+    def _write_usage(self) -> None:
+        """What the lab cost, for the suite's figures (bench/suite.py): CPU seconds of this
+        process and of every process it started and reaped (control planes, kwok, controllers)."""
+        own, reaped = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        try:
+            write_json(self.state_dir / USAGE_FILE, {
+                "wall": round(time.time() - self.started, 1),
+                "supervisor_cpu": round(own.ru_utime + own.ru_stime, 1),
+                "processes_cpu": round(reaped.ru_utime + reaped.ru_stime, 1),
+                "clusters_started": self.manager.started if self.manager else 0,
+            })
+        except OSError:
+            log.exception("could not write %s", USAGE_FILE)
 
     def _close_controls(self) -> None:
         for server in self.controls:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+pytest_plugins = ["tests.figures"]  # the suite's own figures, when asked for (bench/suite.py)
 
 # Modules that bind the same loopback addresses (a lab's nodes, hub, DNS or ACME server) must
 # not run at the same time: with `pytest -n N --dist loadgroup` (make test) each group runs in one

@@ -13,6 +13,7 @@ import yaml
 
 from lab import upstream
 from lab.pulumi_cli import ROOT
+from tests import figures
 
 LAB_STACK = ROOT / "stacks" / "Pulumi.lab.yaml"
 # Our own minimal cert-manager chart (no webhooks), for labs without an ACME server: there the
@@ -40,6 +41,7 @@ def running_lab(state: Path, *, nodes: int, first_address: str, hub_address: str
         yield state
     finally:
         down = lab_cli(state, "down")
+        figures.lab_stopped(state)
         assert down.returncode == 0, f"lab down left processes behind:\n{down.stdout}\n{down.stderr}"
 
 
