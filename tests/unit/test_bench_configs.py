@@ -14,7 +14,7 @@ def kontinuum_keys(cfg: dict) -> dict:
     return {key.partition(":")[2]: value for key, value in cfg.items()}
 
 
-def test_preview50_config_is_valid_from_any_directory(tmp_path, monkeypatch):
+def test_preview50_config_is_valid_from_any_directory(tools_bin, tmp_path, monkeypatch):  # tools_bin links the charts
     hub = tmp_path / "hub.kubeconfig"
     hub.write_text(preview50.dead_hub_kubeconfig())
     ensure_ca(tmp_path / "acme")
@@ -25,7 +25,7 @@ def test_preview50_config_is_valid_from_any_directory(tmp_path, monkeypatch):
     assert len(result.stack.zones) == 3
 
 
-def test_lab_defaults_name_the_given_acme_ca_and_absolute_charts(tmp_path):
+def test_lab_defaults_name_the_given_acme_ca_and_absolute_charts(tools_bin, tmp_path):
     defaults = common.lab_addon_defaults(tmp_path / "ca.crt")
     assert defaults["kontinuum:hub"]["acme"]["caBundleFile"] == str(tmp_path / "ca.crt")
     addons = defaults["kontinuum:defaults"]["addons"]
