@@ -10,7 +10,8 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
-from kontinuum_components import sdk_speedups, validation
+from kontinuum.stackconfig import validation
+from kontinuum_components import sdk_speedups
 from kontinuum_components.clean_exit import fail_cleanly, our_errors_cleanly
 from kontinuum_components.zone import Zone
 from providers.region_guard import RegionGuard

@@ -22,7 +22,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import common
+from bench import common, proctree
 from lab.talos_node import control
 
 FIRST_NODE = ipaddress.ip_address("127.0.30.11")
@@ -99,16 +99,16 @@ class BenchLab:
     def supervisor_log(self) -> Path:
         return self.state_dir / "logs" / "supervisor.log"
 
-    def rss_sampler(self) -> common.TreeSampler:
+    def rss_sampler(self) -> proctree.TreeSampler:
         """Summed RSS of the supervisor and everything it started (hub, control planes, kwok)."""
-        return common.TreeSampler(roots=lambda: [self.pid], every=LAB_SAMPLE_EVERY, pss=False)
+        return proctree.TreeSampler(roots=lambda: [self.pid], every=LAB_SAMPLE_EVERY, pss=False)
 
     def cpu_cores(self, seconds: float = 10.0) -> float:
         """CPU the lab's process tree uses while nothing drives it, in cores (CPU s per s)."""
         def total() -> float:
             out = 0.0
-            for pid in common.descendants(self.pid):
-                st = common._stat_full(pid)
+            for pid in proctree.descendants(self.pid):
+                st = proctree.stat(pid)
                 if st:
                     out += st[2]
             return out

@@ -10,7 +10,7 @@ Upgrade, Etcd*) must be zero. Aim: no-op ≤ 1.5 × empty.
 
 from __future__ import annotations
 
-from bench import common, labctl, zones
+from bench import common, labctl, runs, zones
 from bench.report import Section
 
 AIM = 1.5
@@ -24,12 +24,12 @@ def empty_baseline(ctx) -> tuple[common.Series, common.Series, list[str]]:
     problems: list[str] = []
     wall, rss = common.Series(), common.Series()
     try:
-        first = common.timed_pulumi(stack, "up", "--yes", "--skip-preview", timeout=TIMEOUT)
+        first = runs.timed_pulumi(stack, "up", "--yes", "--skip-preview", timeout=TIMEOUT)
         if not first.ok:
             problems.append(f"first `pulumi up` of the empty program exited {first.returncode}:\n{first.tail()}")
             return wall, rss, problems
         for i in range(ctx.runs):
-            r = common.timed_pulumi(stack, "up", "--yes", "--skip-preview", "--expect-no-changes", timeout=TIMEOUT)
+            r = runs.timed_pulumi(stack, "up", "--yes", "--skip-preview", "--expect-no-changes", timeout=TIMEOUT)
             ctx.log(f"noop: empty program up {i + 1}/{ctx.runs}: rc {r.returncode}, {r.wall:.2f} s")
             if not r.ok:
                 problems.append(f"empty program up {i + 1} exited {r.returncode}:\n{r.tail()}")
@@ -94,7 +94,7 @@ def run(ctx) -> Section:
     budget = common.Budget(ctx.runs, ctx.noop_budget)
     for i in budget:
         before = lab.calls()
-        r = common.timed_pulumi(zs.stack, "up", "--yes", "--skip-preview", "--expect-no-changes", timeout=TIMEOUT)
+        r = runs.timed_pulumi(zs.stack, "up", "--yes", "--skip-preview", "--expect-no-changes", timeout=TIMEOUT)
         after = lab.calls()
         calls_per_run.append({m: after.get(m, 0) - before.get(m, 0) for m in after if after.get(m, 0) != before.get(m, 0)})
         ctx.log(f"noop: {k}-zone no-op up {i + 1}/{ctx.runs}: rc {r.returncode}, {r.wall:.2f} s, "
@@ -121,7 +121,7 @@ def run(ctx) -> Section:
         if last is not None:
             sec.row(f"{k}-zone no-op, CPU by process (last run)", last.cpu_breakdown)
         if ratio > AIM and ctx.profile:
-            r = common.timed_pulumi(zs.stack, "up", "--yes", "--skip-preview", "--expect-no-changes", timeout=TIMEOUT,
+            r = runs.timed_pulumi(zs.stack, "up", "--yes", "--skip-preview", "--expect-no-changes", timeout=TIMEOUT,
                                     profile=ctx.out / "noop-profile")
             sec.note(f"Profile of one more no-op up ({r.wall:.1f} s, profiling on): {r.profile}")
     calls = ", ".join(f"{m} {n}" for m, n in sorted(total.items())) or "none"

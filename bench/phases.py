@@ -2,7 +2,7 @@
 
 Every resource step shows up twice in `pulumi up --event-log FILE`: resourcePreEvent when the
 engine starts it and resOutputsEvent when it is done. We stamp each event when it appears
-in the log (bench.common.EventTail, ~20 ms resolution; the engine's own stamps are whole
+in the log (bench.event_log.EventTail, ~20 ms resolution; the engine's own stamps are whole
 seconds). A resource belongs to the zone whose Zone component is its ancestor (the `parent`
 links in the events' state metadata); its phase comes from its name within the zone
 (`<region>-<zone>-<suffix>`, DESIGN §4; the Gateway API CRDs are `…-gateway-api-<crd>`).
@@ -16,13 +16,15 @@ providers) run in parallel and are not charged to any phase.
 from __future__ import annotations
 
 import inspect
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from bench.common import ROOT, Event
+from bench.common import ROOT
+from bench.event_log import Event
 
 PHASES = [
     ("startup", "engine + program start (up → first resource registered)"),
@@ -204,12 +206,9 @@ def describe_failures(zts: dict[str, ZoneTimes]) -> str:
 
 def load_log(path: Path):
     """Re-read a saved event log (engine stamps only) for offline inspection."""
-    import json
-
-    from bench.common import Event as Ev
     out = []
     for line in path.read_text().splitlines():
         doc = json.loads(line)
         kind = next((k for k in doc if k.endswith("Event")), "?")
-        out.append(Ev(float(doc.get("timestamp") or 0), int(doc.get("timestamp") or 0), kind, doc.get(kind) or {}))
+        out.append(Event(float(doc.get("timestamp") or 0), int(doc.get("timestamp") or 0), kind, doc.get(kind) or {}))
     return out

@@ -18,7 +18,7 @@ import ipaddress
 import re
 from pathlib import Path
 
-from bench import common, noop
+from bench import common, noop, runs
 from bench.report import Section
 from lab.acme import ensure_ca
 
@@ -44,7 +44,7 @@ def stack_config(zones: int, hub_file: str, acme_ca: Path) -> dict:
     return cfg
 
 
-def _failed(sec: Section, r: common.Run, what: str) -> None:
+def _failed(sec: Section, r: runs.Run, what: str) -> None:
     errors = [ln.strip() for ln in r.stdout.splitlines() if "error:" in ln]
     planned = re.search(r"\+\s*(\d+)\s+to create", r.stdout)
     sec.not_measured(
@@ -54,7 +54,7 @@ def _failed(sec: Section, r: common.Run, what: str) -> None:
         f"({r.breakdown}); CPU by process: {r.cpu_breakdown}. First error:\n{errors[0] if errors else r.tail(20)}")
 
 
-def cpu_of(r: common.Run, process: str) -> float | None:
+def cpu_of(r: runs.Run, process: str) -> float | None:
     """CPU seconds of one process name from a run's by-process breakdown."""
     m = re.search(rf"{re.escape(process)} ×\d+ ([\d.]+) s", r.cpu_breakdown)
     return float(m.group(1)) if m else None
@@ -81,7 +81,7 @@ def run(ctx) -> Section:
     last = None
     budget = common.Budget(ctx.runs, ctx.preview_budget)
     for i in budget:
-        r = common.timed_pulumi(stack, "preview", timeout=TIMEOUT)
+        r = runs.timed_pulumi(stack, "preview", timeout=TIMEOUT)
         ctx.log(f"preview50 run {i + 1}/{ctx.runs}: rc {r.returncode}, {r.wall:.1f} s, "
                 f"peak tree RSS {common.mib(r.peak_rss):.0f} MiB")
         if not r.ok:
@@ -124,14 +124,14 @@ def run(ctx) -> Section:
     sec.verdict(rss.median <= AIM_RSS_MIB, f"summed RSS {rss.median:.0f} MiB (aim ≤ {AIM_RSS_MIB:.0f}); PSS "
                 f"{pss.median:.0f} MiB: each kubernetes provider maps the same binary, counted once per process")
 
-    r = common.timed_pulumi(stack, "preview", timeout=TIMEOUT, extra_env={"KONTINUUM_SDK_SPEEDUPS": "0"})
+    r = runs.timed_pulumi(stack, "preview", timeout=TIMEOUT, extra_env={"KONTINUUM_SDK_SPEEDUPS": "0"})
     ctx.log(f"preview50 with KONTINUUM_SDK_SPEEDUPS=0: rc {r.returncode}, {r.wall:.1f} s")
     if r.ok:
         sec.row("same, KONTINUUM_SDK_SPEEDUPS=0 (the SDK's own end wait and debug lines; 1 run)",
                 f"{r.wall:.1f} s wall, CPU by process: {r.cpu_breakdown}")
 
     if not met and ctx.profile:
-        r = common.timed_pulumi(stack, "preview", timeout=TIMEOUT, profile=work / "profile")
+        r = runs.timed_pulumi(stack, "preview", timeout=TIMEOUT, profile=work / "profile")
         sec.note(f"Profile of one more run ({r.wall:.1f} s, profiling on): {r.profile}")
     return sec
 

@@ -6,7 +6,7 @@
   the project's venv) attached to the language host's program process, sampled at 50 Hz;
   threads blocked in a gRPC call to the engine count as samples too, so the summary splits
   those out;
-- every process of the tree: CPU seconds by process name (bench.common.TreeSampler), always.
+- every process of the tree: CPU seconds by process name (bench.proctree.TreeSampler), always.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench import common
+from bench import common, proctree
 
 PYTOOLS = common.OUT / "pytools"
 PY_SPY_VERSION = "0.4.3"
@@ -59,7 +59,7 @@ class ProgramSpy:
     def _run(self) -> None:
         while not self._stop.is_set() and self.proc is None:
             root = self.root()
-            for pid in common.descendants(root) if root else []:
+            for pid in proctree.descendants(root) if root else []:
                 try:
                     argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
                 except OSError:

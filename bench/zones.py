@@ -19,7 +19,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
-from bench import common, labctl, phases
+from bench import common, labctl, phases, runs
 from bench.report import Section
 
 UP_TIMEOUT = 1500.0  # an 8-zone up on 2 cores; the stack's own waits are bounded well below
@@ -32,7 +32,7 @@ AIM_OVERHEAD = 0.10
 class Session:
     zones: int
     run: int
-    up: common.Run | None = None
+    up: runs.Run | None = None
     zone_times: dict = field(default_factory=dict)
     floor: dict = field(default_factory=dict)
     cp_starts: dict = field(default_factory=dict)
@@ -71,7 +71,7 @@ def session(ctx, k: int, run: int, *, keep: bool = False) -> Session:
         ctx.log(f"zones: pulumi up, {k} zone(s)")
         readyz = labctl.ReadyzWatcher(lab.addresses[:k]).start()
         try:
-            s.up = common.timed_pulumi(zs.stack, "up", "--yes", "--skip-preview", timeout=UP_TIMEOUT,
+            s.up = runs.timed_pulumi(zs.stack, "up", "--yes", "--skip-preview", timeout=UP_TIMEOUT,
                                        event_log=work / "events.jsonl", sample_every=1.0)
         finally:
             readyz.stop()
@@ -120,7 +120,7 @@ def teardown(ctx, lab: labctl.BenchLab, zs, problems: list[str], *, destroy: boo
     bench stack lived in that lab, so nothing outlives it."""
     if zs is not None and destroy:
         ctx.log(f"zones: destroying the {len(zs.zones)}-zone stack (bound {ctx.destroy_timeout:.0f} s)")
-        r = common.timed_pulumi(zs.stack, "destroy", "--yes", "--skip-preview", timeout=ctx.destroy_timeout)
+        r = runs.timed_pulumi(zs.stack, "destroy", "--yes", "--skip-preview", timeout=ctx.destroy_timeout)
         ctx.log(f"zones: destroy rc {r.returncode} in {r.wall:.0f} s")
         if record is not None:
             record.update(wall=r.wall, ok=r.ok, zones=len(zs.zones))

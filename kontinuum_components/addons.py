@@ -13,8 +13,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from kontinuum.kube.manifests import ManifestError
-from kontinuum_components import exposure, specs
-from kontinuum_components.config import Addon, Ingress
+from kontinuum.stackconfig import specs
+from kontinuum.stackconfig.exposure import Ingress
+from kontinuum.stackconfig.model import Addon
+from kontinuum_components import exposure
 from providers.pods_healthy import PodsHealthy
 
 CILIUM_AGENT_CAPABILITIES = ["CHOWN", "KILL", "NET_ADMIN", "NET_RAW", "IPC_LOCK", "SYS_ADMIN", "SYS_RESOURCE",

@@ -23,7 +23,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from kontinuum.hub import crds as hub_crds
-from kontinuum_components import config
+from kontinuum.stackconfig import model
+from kontinuum.stackconfig.exposure import Ingress
 from kontinuum_components.exposure import Exposure, gateway_addresses
 from kontinuum_components.talos_cluster import on_zone_cluster
 from providers.certificate_ready import CertificateReady
@@ -64,12 +65,12 @@ THUMBPRINT_ANNOTATION = "kontinuum.sh/identity-thumbprint"
 # -- pure builders --------------------------------------------------------------------------
 
 
-def zone_host(region: str, zone: str, hub: config.Hub) -> str:
+def zone_host(region: str, zone: str, hub: model.Hub) -> str:
     """<zone>.<region>.<domain>, where the zone's kontinuum-server is exposed."""
     return f"{zone}.{region}.{hub.dns_domain}"
 
 
-def zone_url(region: str, zone: str, hub: config.Hub) -> str:
+def zone_url(region: str, zone: str, hub: model.Hub) -> str:
     return f"https://{zone_host(region, zone, hub)}"
 
 
@@ -93,7 +94,7 @@ def _meta(name: str, region: str, zone: str, *, namespace: str | None = NAMESPAC
     return md
 
 
-def env_config(region: str, zone: str, hub: config.Hub) -> tuple[dict[str, str], dict[str, str]]:
+def env_config(region: str, zone: str, hub: model.Hub) -> tuple[dict[str, str], dict[str, str]]:
     """(kontinuum-env Secret data, kontinuum-env ConfigMap data).
 
     The auth choice mirrors the hub's own (seeds: without it the server refuses to start):
@@ -201,7 +202,7 @@ def service_manifest(region: str, zone: str) -> dict:
     }
 
 
-def cluster_issuer_spec(hub: config.Hub) -> dict:
+def cluster_issuer_spec(hub: model.Hub) -> dict:
     """ACME with the HTTP-01 challenge solved through the Gateway's plain-HTTP listener; a
     private ACME server's CA (hub.acme.caBundle) goes in cert-manager's `acme.caBundle` (base64 PEM)."""
     acme = {
@@ -216,13 +217,13 @@ def cluster_issuer_spec(hub: config.Hub) -> dict:
     return {"acme": acme}
 
 
-def cluster_issuer_manifest(region: str, zone: str, hub: config.Hub) -> dict:
+def cluster_issuer_manifest(region: str, zone: str, hub: model.Hub) -> dict:
     return {"apiVersion": CM_API, "kind": "ClusterIssuer",
             "metadata": _meta(CLUSTER_ISSUER, region, zone, namespace=None, annotations=SKIP_AWAIT),
             "spec": cluster_issuer_spec(hub)}
 
 
-def gateway_spec(region: str, zone: str, hub: config.Hub, ingress: config.Ingress | None = None) -> dict:
+def gateway_spec(region: str, zone: str, hub: model.Hub, ingress: Ingress | None = None) -> dict:
     """HTTP :80 without hostname (cert-manager's challenge route attaches here, from any
     namespace) and HTTPS :443 for the zone host, terminating TLS with the Certificate's secret;
     a fixed address (ingress.address, loadBalancer mode) in spec.addresses."""
@@ -239,23 +240,23 @@ def gateway_spec(region: str, zone: str, hub: config.Hub, ingress: config.Ingres
     }
 
 
-def gateway_manifest(region: str, zone: str, hub: config.Hub, ingress: config.Ingress | None = None) -> dict:
+def gateway_manifest(region: str, zone: str, hub: model.Hub, ingress: Ingress | None = None) -> dict:
     return {"apiVersion": GW_API, "kind": "Gateway", "metadata": _meta(GATEWAY, region, zone, annotations=SKIP_AWAIT),
             "spec": gateway_spec(region, zone, hub, ingress)}
 
 
-def certificate_spec(region: str, zone: str, hub: config.Hub) -> dict:
+def certificate_spec(region: str, zone: str, hub: model.Hub) -> dict:
     return {"secretName": TLS_SECRET, "dnsNames": [zone_host(region, zone, hub)],
             "issuerRef": {"name": CLUSTER_ISSUER, "kind": "ClusterIssuer", "group": "cert-manager.io"}}
 
 
-def certificate_manifest(region: str, zone: str, hub: config.Hub) -> dict:
+def certificate_manifest(region: str, zone: str, hub: model.Hub) -> dict:
     return {"apiVersion": CM_API, "kind": "Certificate",
             "metadata": _meta(CERTIFICATE, region, zone, annotations=SKIP_AWAIT),
             "spec": certificate_spec(region, zone, hub)}
 
 
-def httproute_spec(region: str, zone: str, hub: config.Hub) -> dict:
+def httproute_spec(region: str, zone: str, hub: model.Hub) -> dict:
     return {
         "parentRefs": [{"name": GATEWAY, "namespace": NAMESPACE, "sectionName": "https"}],
         "hostnames": [zone_host(region, zone, hub)],
@@ -264,7 +265,7 @@ def httproute_spec(region: str, zone: str, hub: config.Hub) -> dict:
     }
 
 
-def httproute_manifest(region: str, zone: str, hub: config.Hub) -> dict:
+def httproute_manifest(region: str, zone: str, hub: model.Hub) -> dict:
     return {"apiVersion": GW_API, "kind": "HTTPRoute",
             "metadata": _meta(HTTPROUTE, region, zone, annotations=SKIP_AWAIT),
             "spec": httproute_spec(region, zone, hub)}
@@ -296,7 +297,7 @@ class DownstreamFootprint(pulumi.ComponentResource):
     installed: pulumi.Output[bool]
     revision: pulumi.Output[str]
 
-    def __init__(self, name: str, *, region: str, zone: config.Zone, hub: config.Hub,
+    def __init__(self, name: str, *, region: str, zone: model.Zone, hub: model.Hub,
                  zone_provider: k8s.Provider, hub_provider: k8s.Provider, zone_kubeconfig: pulumi.Input[str],
                  identity, depends_on=None, path: str = "zones[]", tsig_keys: dict | None = None,
                  opts: pulumi.ResourceOptions | None = None):

@@ -16,8 +16,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from kontinuum.dns.rfc2136 import record_lines
-from kontinuum_components import config
-from kontinuum_components.exposure_config import HOST_NETWORK, LOAD_BALANCER, RFC2136
+from kontinuum.stackconfig import model
+from kontinuum.stackconfig.exposure import HOST_NETWORK, LOAD_BALANCER, RFC2136, Ingress
 from providers.dns_record import DnsRecord
 from providers.gateway_address import GatewayAddress
 
@@ -35,7 +35,7 @@ K8S_CLIENT_RATE_LIMIT = {"qps": 20, "burst": 40}
 # -- pure builders --------------------------------------------------------------------------
 
 
-def cilium_values(ingress: config.Ingress, extra: dict, agent_capabilities: list[str]) -> dict:
+def cilium_values(ingress: Ingress, extra: dict, agent_capabilities: list[str]) -> dict:
     """The Helm values that make the zone's Gateway reachable in the chosen mode (extra: the
     stack's own values, which say whether Envoy runs embedded in the agent)."""
     values: dict = {"gatewayAPI": {"gatewayClass": {"create": "true"}}}
@@ -65,14 +65,14 @@ def pool_block(block: str) -> dict:
     return {"start": first.strip(), "stop": (last or first).strip()}
 
 
-def pool_manifest(ingress: config.Ingress, labels: dict, namespace: str, gateway: str) -> dict:
+def pool_manifest(ingress: Ingress, labels: dict, namespace: str, gateway: str) -> dict:
     return {"apiVersion": POOL_API, "kind": "CiliumLoadBalancerIPPool",
             "metadata": {"name": NAME, "labels": dict(labels)},
             "spec": {"blocks": [pool_block(b) for b in ingress.addresses],
                      "serviceSelector": gateway_service_selector(namespace, gateway)}}
 
 
-def l2_policy_manifest(ingress: config.Ingress, labels: dict, namespace: str, gateway: str) -> dict:
+def l2_policy_manifest(ingress: Ingress, labels: dict, namespace: str, gateway: str) -> dict:
     spec: dict = {"serviceSelector": gateway_service_selector(namespace, gateway), "loadBalancerIPs": True,
                   "externalIPs": False}
     if ingress.interfaces:
@@ -81,7 +81,7 @@ def l2_policy_manifest(ingress: config.Ingress, labels: dict, namespace: str, ga
             "metadata": {"name": NAME, "labels": dict(labels)}, "spec": spec}
 
 
-def gateway_addresses(ingress: config.Ingress) -> list[dict]:
+def gateway_addresses(ingress: Ingress) -> list[dict]:
     """Gateway spec.addresses: the fixed address, which Cilium passes to LB-IPAM."""
     return [{"type": "IPAddress", "value": ingress.address}] if ingress.mode == LOAD_BALANCER and ingress.address \
         else []
@@ -99,7 +99,7 @@ class Exposure:
     """addresses: Output[list[str]] (the Gateway's reachable addresses); records: Output[list[str]]
     (the DNS records, zone-file form); waits: what the Certificate wait must come after."""
 
-    def __init__(self, name: str, *, parent: pulumi.Resource, zone: config.Zone, host: str, dns_zone: str,
+    def __init__(self, name: str, *, parent: pulumi.Resource, zone: model.Zone, host: str, dns_zone: str,
                  path: str, labels: dict, namespace: str, gateway_name: str, gateway: pulumi.Resource,
                  zone_kubeconfig: pulumi.Input[str], tsig_keys: dict,
                  on_zone, depends_on: list):

@@ -17,7 +17,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from kontinuum.kube import flux as kflux
-from kontinuum_components.flux_config import Flux
+from kontinuum.stackconfig.flux import Flux
 from providers.flux_instance import FluxInstance
 from providers.retired_credentials import RetiredCredentials
 

@@ -14,12 +14,12 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from kontinuum.hub.crds import LABEL_REGION, LABEL_ZONE
+from kontinuum.naming import instance_name
+from kontinuum.stackconfig.model import Machine, Pool, Zone
+from kontinuum.stackconfig.specs import cluster_spec
 from kontinuum.talos import config_view, machineconfig
 from kontinuum.talos.secrets import load as load_secrets
 from kontinuum_components import addons
-from kontinuum.naming import instance_name
-from kontinuum_components.config import Machine, Pool, Zone
-from kontinuum_components.specs import cluster_spec
 from providers.bootstrap import Bootstrap
 from providers.ca_rotation import CaRotation
 from providers.cluster_health import ClusterHealth

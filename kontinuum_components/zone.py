@@ -15,7 +15,7 @@ import pulumi_kubernetes as k8s
 
 from kontinuum.hub.crds import LABEL_REGION, LABEL_ZONE
 from kontinuum.naming import instance_name
-from kontinuum_components import config, specs
+from kontinuum.stackconfig import model, specs
 from kontinuum_components.downstream import DownstreamFootprint
 from kontinuum_components.flux import FluxHandOff
 from kontinuum_components.talos_cluster import LABEL_POOL, TalosCluster
@@ -26,7 +26,7 @@ from providers.teardown_guard import TeardownGuard
 from providers.zone_identity import ZoneIdentity
 
 
-def zone_url(region: str, zone: str, hub: config.Hub) -> str:
+def zone_url(region: str, zone: str, hub: model.Hub) -> str:
     return f"https://{zone}.{region}.{hub.dns_domain}"
 
 
@@ -39,12 +39,12 @@ HATCH_REMEDY = (
 )
 
 
-def validate_zone(region: str, zone: config.Zone, prefix: str) -> None:
+def validate_zone(region: str, zone: model.Zone, prefix: str) -> None:
     specs.validate(f"{region}-{zone.zone}", zone, prefix)
 
 
 class Zone(pulumi.ComponentResource):
-    def __init__(self, name: str, *, region: str, hub: config.Hub, zone: config.Zone,
+    def __init__(self, name: str, *, region: str, hub: model.Hub, zone: model.Zone,
                  hub_kubeconfig: pulumi.Input[str], hub_provider: k8s.Provider, path: str = "zones[]",
                  tsig_keys: dict | None = None, opts: pulumi.ResourceOptions | None = None):
         """hub_provider: the stack's one Kubernetes provider for the hub (a provider process per

@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kontinuum_components import validation  # the contract, imported only when checking
+    from kontinuum.stackconfig import validation  # the contract, imported only when checking
 
     failed = 0
     for path in args.stack_files:

@@ -63,7 +63,7 @@ def stack_files(args: argparse.Namespace) -> tuple[dict[str, Path], list[RegionS
 def offline_check(name: str, path: Path) -> tuple[RegionSummary | None, str | None, list[str]]:
     """(invalid summary or None, region, zones) from the program's own validation, no engine."""
     from kontinuum.errors import ConfigError
-    from kontinuum_components import validation
+    from kontinuum.stackconfig import validation
 
     try:
         raw, secret_keys = validation.read_stack_file(path)
@@ -82,7 +82,7 @@ def offline_check(name: str, path: Path) -> tuple[RegionSummary | None, str | No
 def api_endpoints(path: Path) -> dict[str, str]:
     """zone → its Kubernetes API URL (the endpoint, or the first control plane's :6443), and
     `hub` → the hub's when its kubeconfig is a file (a secret one is not read here)."""
-    from kontinuum_components import validation
+    from kontinuum.stackconfig import validation
 
     raw, secret_keys = validation.read_stack_file(path)
     stack = validation.validate(raw, secret_keys=secret_keys, render=False).stack

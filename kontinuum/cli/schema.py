@@ -1,6 +1,6 @@
 """`python -m kontinuum schema [--markdown]`: the stack config contract as JSON Schema (for
 editors checking Pulumi.<stack>.yaml; shipped as stacks/kontinuum.schema.json) or as the
-README's table. Both come from kontinuum_components/contract.py."""
+README's table. Both come from kontinuum/stackconfig/contract.py."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def stack_file_schema() -> dict:
     """JSON Schema of a whole Pulumi.<stack>.yaml: `config:` holds the `kontinuum:*` keys."""
-    from kontinuum_components import contract, schema
+    from kontinuum.stackconfig import contract, schema
 
     keys = schema.json_schema(contract.STACK)  # secrets, at any depth, as `{secure: …}`
     config = {f"{contract.NAMESPACE}:{k}": v for k, v in keys["properties"].items()}
@@ -35,7 +35,7 @@ def stack_file_schema() -> dict:
 
 
 def markdown() -> str:
-    from kontinuum_components import contract, schema
+    from kontinuum.stackconfig import contract, schema
 
     return schema.markdown_table(contract.STACK)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from kontinuum_components.contract import DEFAULT_CHARTS
+from kontinuum.stackconfig.contract import DEFAULT_CHARTS
 
 MODULE = "github.com/cilium/cilium"
 VERSION = "v" + DEFAULT_CHARTS["cilium"]["version"].lstrip("v")

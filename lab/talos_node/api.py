@@ -15,8 +15,7 @@ import re
 import tarfile
 import time
 import uuid
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, AsyncIterator, Callable
+from typing import AsyncIterator
 
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
@@ -24,30 +23,21 @@ from grpclib.exceptions import GRPCError
 from kontinuum.talos import pki
 from lab.controlplane import kubeconfig_text
 from lab.talos_node import etcd_api, resources
+from lab.talos_node.call import Call
 from lab.talos_node.cluster import AlreadyBootstrapped, HealthQuery
 from lab.talos_node.machineconfig import AppliedConfig, InvalidConfig, parse, v1alpha1_document
 from lab.talos_node.manifests import render as render_manifests
+from lab.talos_node.node import EmulatedNode
 from protos.gen.cluster import cluster_pb2
 from protos.gen.common import common_pb2
 from protos.gen.machine import machine_pb2
 from protos.gen.v1alpha1 import state_pb2
-
-if TYPE_CHECKING:
-    from lab.talos_node.node import EmulatedNode
 
 Mode = machine_pb2.ApplyConfigurationRequest
 KUBECONFIG_CHUNK = 1024  # small, so clients must reassemble several chunks
 HEALTH_POLL = 0.25  # seconds between health evaluations
 DEFAULT_HEALTH_WAIT = 20 * 60.0  # talosctl's default wait_timeout
 _INSTALLER_TAG = re.compile(r":(v\d+\.\d+\.\d+[^@/]*)(@sha256:[0-9a-f]+)?$")
-
-
-@dataclass
-class Call:
-    """One admitted call on the node that handles it."""
-
-    roles: frozenset[str]
-    after_reply: list[Callable[[], None]] = field(default_factory=list)
 
 
 def _mode_name(mode: int) -> str:

@@ -10,12 +10,31 @@ from __future__ import annotations
 import secrets
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable, Optional
+from typing import Callable, Generic, Iterable, Optional, Protocol, TypeVar
 
 from kontinuum.talos.pki import CertKey
 
-if TYPE_CHECKING:
-    from lab.talos_node.node import EmulatedNode
+
+class ClusterNode(Protocol):
+    """What the registry reads of a node, which it never calls into (node.EmulatedNode fits)."""
+
+    address: str
+    mode: str
+
+    @property
+    def hostname(self) -> str: ...
+
+    @property
+    def cluster_key(self) -> str | None: ...
+
+    @property
+    def is_control_plane(self) -> bool: ...
+
+    @property
+    def is_up(self) -> bool: ...
+
+
+Node = TypeVar("Node", bound=ClusterNode)
 
 
 @dataclass(frozen=True)
@@ -66,38 +85,39 @@ class ClusterState:
 EtcdSnapshotter = Callable[[], bytes]
 
 
-class ClusterRegistry:
-    """Thread-safe: node handlers run on the lab's loop, tests read from their own thread."""
+class ClusterRegistry(Generic[Node]):
+    """Thread-safe: node handlers run on the lab's loop, tests read from their own thread.
+    Hands back the nodes it was given (`Node`: EmulatedNode in the lab)."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._clusters: dict[str, ClusterState] = {}
         self._probes: dict[str, HealthProbe] = {}
         self._issuers: dict[str, CertKey] = {}
-        self._nodes: dict[str, EmulatedNode] = {}
+        self._nodes: dict[str, Node] = {}
         self._bootstrap_listeners: list[Callable[[str], None]] = []
         self._etcd: dict[str, EtcdSnapshotter] = {}
         self._k8s_chains: dict[str, bytes] = {}
 
     # --- nodes --------------------------------------------------------------------------
 
-    def add_node(self, node: EmulatedNode) -> None:
+    def add_node(self, node: Node) -> None:
         with self._lock:
             if node.address in self._nodes:
                 raise ValueError(f"an emulated node already uses {node.address}")
             self._nodes[node.address] = node
 
-    def remove_node(self, node: EmulatedNode) -> None:
+    def remove_node(self, node: Node) -> None:
         with self._lock:
             self._nodes.pop(node.address, None)
 
-    def node(self, address_or_hostname: str) -> EmulatedNode | None:
+    def node(self, address_or_hostname: str) -> Node | None:
         with self._lock:
             if address_or_hostname in self._nodes:
                 return self._nodes[address_or_hostname]
             return next((n for n in self._nodes.values() if n.hostname == address_or_hostname), None)
 
-    def nodes_of(self, key: str) -> list[EmulatedNode]:
+    def nodes_of(self, key: str) -> list[Node]:
         """Nodes currently holding a config of cluster `key` (up or rebooting)."""
         with self._lock:
             return [n for n in self._nodes.values() if n.cluster_key == key]
@@ -133,7 +153,7 @@ class ClusterRegistry:
         with self._lock:
             self._bootstrap_listeners.append(listener)
 
-    def bootstrap(self, key: str, node: EmulatedNode, *, recover_from: bytes | None = None,
+    def bootstrap(self, key: str, node: Node, *, recover_from: bytes | None = None,
                   skip_hash_check: bool = False) -> None:
         """Start etcd on `node` (from `recover_from`, an uploaded snapshot, if given); the other
         configured control planes of the cluster join it. A node still holding etcd data, or a
@@ -154,7 +174,7 @@ class ClusterRegistry:
         for listener in listeners:
             listener(key)
 
-    def join(self, key: str, node: EmulatedNode) -> None:
+    def join(self, key: str, node: Node) -> None:
         """A control plane booted with this cluster's config joins etcd once it is bootstrapped."""
         with self._lock:
             state = self._clusters.get(key)
@@ -162,7 +182,7 @@ class ClusterRegistry:
                 self._join_locked(state, node)
 
     @staticmethod
-    def _join_locked(state: ClusterState, node: EmulatedNode) -> None:
+    def _join_locked(state: ClusterState, node: Node) -> None:
         if not any(m.address == node.address for m in state.members.values()):
             member_id = secrets.randbits(63) | 1
             state.members[member_id] = Member(member_id, node.hostname, node.address)
@@ -250,18 +270,18 @@ class ClusterRegistry:
         state = self.state(query.cluster_key)
         expected = (*query.control_plane_nodes, *query.worker_nodes)
 
-        def problems(nodes: Iterable[str], test: Callable[[EmulatedNode | None], str | None]) -> str | None:
+        def problems(nodes: Iterable[str], test: Callable[[Node | None], str | None]) -> str | None:
             found = [f"{a}: {p}" for a in nodes if (p := test(self.node(a)))]
             return "; ".join(found) or None
 
-        def apid(node: EmulatedNode | None) -> str | None:
+        def apid(node: Node | None) -> str | None:
             if node is None or not node.is_up:
                 return "apid is not reachable"
             if node.cluster_key != query.cluster_key:
                 return "node is not a member of this cluster"
             return None
 
-        def booted(node: EmulatedNode | None) -> str | None:
+        def booted(node: Node | None) -> str | None:
             return None if node is not None and node.mode == "configured" else "boot sequence has not finished"
 
         member_addresses = {m.address for m in state.members.values()}

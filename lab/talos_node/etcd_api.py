@@ -10,16 +10,14 @@ is refused: there is nothing real to take it from.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, AsyncIterator
+from typing import AsyncIterator
 
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
+from lab.talos_node.node import EmulatedNode
 from protos.gen.common import common_pb2
 from protos.gen.machine import machine_pb2
-
-if TYPE_CHECKING:
-    from lab.talos_node.node import EmulatedNode
 
 CHUNK = 64 * 1024
 SNAPSHOT_TIMEOUT = 120.0  # seconds to read the lab etcd's snapshot

@@ -22,6 +22,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from lab.talos_node import rpc
 from lab.talos_node.cluster import ClusterRegistry, HealthProbe
 from lab.talos_node.node import APID_PORT, DEFAULT_TALOS_VERSION, EmulatedNode, check_loopback
 
@@ -178,6 +179,7 @@ class Lab:
                 address,
                 registry=self.clusters,
                 loop=asyncio.get_running_loop(),
+                service=rpc.service_for,
                 reboot_delay=self.reboot_delay if reboot_delay is None else reboot_delay,
                 talos_version=self.talos_version,
                 port=self.port,

@@ -21,7 +21,7 @@ import uuid
 import weakref
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Any, Callable
 
 from google.protobuf.timestamp_pb2 import Timestamp
 from grpclib.const import Status
@@ -37,6 +37,10 @@ DEFAULT_TALOS_VERSION = "v1.13.0"
 _LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 _EVENT_SEQ = itertools.count(1)  # orders events across the nodes of one process
 log = logging.getLogger(__name__)
+
+# What the node's gRPC server serves: a grpclib handler object for this node (rpc.service_for,
+# handed in by the Lab so the node does not import the layer that dispatches into it).
+ServiceFactory = Callable[["EmulatedNode"], Any]
 
 
 def check_loopback(address: str) -> str:
@@ -97,15 +101,13 @@ class EmulatedNode:
         self,
         address: str,
         *,
-        registry: ClusterRegistry,
+        registry: ClusterRegistry[EmulatedNode],
         loop: asyncio.AbstractEventLoop,
+        service: ServiceFactory,
         reboot_delay: float = 1.0,
         talos_version: str = DEFAULT_TALOS_VERSION,
         port: int = APID_PORT,
     ) -> None:
-        from lab.talos_node.api import NodeApi  # the API needs the node; the node owns the API
-        from lab.talos_node.upgrade import UpgradeApi
-
         self.address = check_loopback(address)
         self.port = port
         self.registry = registry
@@ -120,8 +122,8 @@ class EmulatedNode:
         self.boot_id = str(uuid.uuid4())
         self.upgrading = False  # an installer runs (LifecycleService.Upgrade)
         self.events: list[dict] = []  # what happened to the machine, in order (record())
-        self.api = NodeApi(self)
-        self.upgrades = UpgradeApi(self)
+        self.pulled: set[tuple[int, str]] = set()  # (containerd namespace, image) pulled this boot
+        self._service = service
         self._loop = loop
         self._faults = Faults(reboot_delay=reboot_delay)
         self._lock = threading.Lock()
@@ -335,7 +337,7 @@ class EmulatedNode:
     async def _boot(self) -> None:
         self.booted_at.GetCurrentTime()
         self.boot_id = str(uuid.uuid4())
-        self.upgrades.pulled.clear()
+        self.pulled.clear()
         config = self.config
         if config is None:
             self._ssl, self._fingerprint = tls.maintenance_context(self.address)
@@ -359,9 +361,7 @@ class EmulatedNode:
         """Listen when the node is up and not refusing; otherwise stop and drop connections."""
         want = self.mode in ("maintenance", "configured") and not self._faults.refuse
         if want and self._server is None:
-            from lab.talos_node.rpc import service_for  # rpc dispatches into nodes
-
-            server = _Server([service_for(self)])
+            server = _Server([self._service(self)])
             await server.start(self.address, self.port, ssl=self._ssl, reuse_address=True)
             self._server = server
         elif not want:

@@ -17,7 +17,7 @@ Admission follows apid and machined (facts §2, §7, §8):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import Any, AsyncIterator
 
 import grpclib.const
 from google.protobuf import empty_pb2
@@ -25,14 +25,14 @@ from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 
 from lab.talos_node import tls
-from lab.talos_node.api import Call
+from lab.talos_node.api import NodeApi
+from lab.talos_node.call import Call
+from lab.talos_node.node import EmulatedNode
+from lab.talos_node.upgrade import UpgradeApi
 from protos.gen.cluster import cluster_pb2
 from protos.gen.common import common_pb2
 from protos.gen.machine import image_pb2, lifecycle_pb2, machine_pb2
 from protos.gen.v1alpha1 import state_pb2
-
-if TYPE_CHECKING:
-    from lab.talos_node.node import EmulatedNode
 
 ADMIN = frozenset({"os:admin"})
 READ = frozenset({"os:admin", "os:operator", "os:reader"})
@@ -46,7 +46,7 @@ SERVE, ADMIN_ONLY, NOT_IMPLEMENTED, UNKNOWN_SERVICE = "serve", "admin-only", "no
 class Method:
     service: str
     name: str
-    handler: str  # NodeApi attribute
+    handler: str  # a NodeApi method, or `upgrades.<UpgradeApi method>`
     request: type
     reply: type
     roles: frozenset[str]
@@ -89,9 +89,9 @@ METHODS = [
 
 
 def _handler(node: EmulatedNode, method: Method) -> Any:
-    """The bound handler: a NodeApi method, or one of the node's upgrade API (`upgrades.x`)."""
+    """The bound handler: a NodeApi method, or an UpgradeApi one (`upgrades.x`), on `node`."""
     owner, _, name = method.handler.rpartition(".")
-    return getattr(getattr(node, owner) if owner else node.api, name)
+    return getattr(UpgradeApi(node) if owner == "upgrades" else NodeApi(node), name)
 
 
 def _peer_certificate(stream: Any) -> bytes | None:

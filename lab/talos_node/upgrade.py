@@ -20,17 +20,15 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
-from typing import TYPE_CHECKING, AsyncIterator
+from typing import AsyncIterator
 
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
+from lab.talos_node.call import Call
+from lab.talos_node.node import EmulatedNode
 from protos.gen.common import common_pb2
 from protos.gen.machine import image_pb2, lifecycle_pb2, machine_pb2
-
-if TYPE_CHECKING:
-    from lab.talos_node.api import Call
-    from lab.talos_node.node import EmulatedNode
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 UPGRADE_FAULTS = ("", "fail", "rollback", "hang")
@@ -55,7 +53,6 @@ def _progress(message: str | None = None, exit_code: int | None = None) -> lifec
 class UpgradeApi:
     def __init__(self, node: EmulatedNode) -> None:
         self.node = node
-        self.pulled: set[tuple[int, str]] = set()  # (containerd namespace, image) this boot
 
     def _pull(self, namespace: int, image: str) -> None:
         if not image:
@@ -64,7 +61,7 @@ class UpgradeApi:
         if fault and fault in image:
             self.node.record("pull-failed", image=image)
             raise GRPCError(Status.NOT_FOUND, f"failed to pull image {image!r}: {image}: not found (injected failure)")
-        self.pulled.add((namespace, image))
+        self.node.pulled.add((namespace, image))
         self.node.record("pulled", image=image, namespace=common_pb2.ContainerdNamespace.Name(namespace))
 
     async def image_pull(self, call: Call, request) -> AsyncIterator[image_pb2.ImageServicePullResponse]:

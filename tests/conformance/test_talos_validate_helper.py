@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kontinuum_components import config, render_check
+from kontinuum.stackconfig import render_check
+from kontinuum.stackconfig.parse import parse
 from tests.unit.test_stack_config import FULL
 
 BUILDER = Path(__file__).parents[2] / "tools" / "builders" / "talos-validate"
@@ -36,7 +37,7 @@ def test_valid_stack_passes_talos_validator_in_one_batch(helper):
     raw = copy.deepcopy(FULL)
     raw["zones"] += [{"zone": f"z{i}", "talosAddresses": [f"10.1.{i}.1"]} for i in range(20)]
     started = time.monotonic()
-    report = render_check.check(config.parse(raw), raw, validator=helper)
+    report = render_check.check(parse(raw), raw, validator=helper)
     elapsed = time.monotonic() - started
     assert report.errors == [] and report.configs == 22
     print(f"22 configs rendered in {elapsed:.2f}s, Talos validator {report.validator_seconds:.3f}s")
@@ -47,7 +48,7 @@ def test_talos_rejects_what_only_talos_knows_with_zone_pool_and_node(helper):
     raw = copy.deepcopy(FULL)
     raw["zones"][0]["workers"][0]["patches"] = [{"machine": {"kubelet": {"nodeIP": {"validSubnets": ["not-a-cidr"]}}}}]
     raw["zones"][0]["controlPlane"]["patches"] = [{"machine": {"installDiskk": "/dev/sdb", "registry": {"pasword": "s3cr3t"}}}]
-    out = [str(e) for e in render_check.check(config.parse(raw), raw, validator=helper).errors]
+    out = [str(e) for e in render_check.check(parse(raw), raw, validator=helper).errors]
     assert len(out) == 2, out
     cp, worker = sorted(out)
     assert cp.startswith("zones[0].controlPlane: Talos rejects the patched machine config: load:")

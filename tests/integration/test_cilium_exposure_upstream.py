@@ -9,17 +9,18 @@ import json
 import pytest
 import yaml
 
-from kontinuum_components import addons, config, exposure
+from kontinuum.stackconfig.exposure import Ingress
+from kontinuum_components import addons, exposure
 from lab.standins import cilium_crds
 
 CHART = "install/kubernetes/cilium"
 TYPES = {"string": str, "boolean": bool, "integer": int, "object": dict, "array": list, "number": (int, float)}
 MODES = {
-    "hostNetwork": config.Ingress(node_selector={"node-role.kontinuum.sh/edge": "true"}),
-    "hostNetwork-embedded-envoy": config.Ingress(),
-    "loadBalancer": config.Ingress(mode="loadBalancer", addresses=("192.0.2.0/28", "192.0.2.40-192.0.2.45"),
+    "hostNetwork": Ingress(node_selector={"node-role.kontinuum.sh/edge": "true"}),
+    "hostNetwork-embedded-envoy": Ingress(),
+    "loadBalancer": Ingress(mode="loadBalancer", addresses=("192.0.2.0/28", "192.0.2.40-192.0.2.45"),
                                    interfaces=("^eth[0-9]+",), address="192.0.2.41"),
-    "loadBalancer-external-pool": config.Ingress(mode="loadBalancer"),
+    "loadBalancer-external-pool": Ingress(mode="loadBalancer"),
 }
 
 

@@ -21,7 +21,8 @@ import yaml
 from kubernetes import client, config as kconfig
 
 from kontinuum.hub import crds as hub_crds
-from kontinuum_components import config, downstream as d
+from kontinuum.stackconfig.model import Auth, Hub
+from kontinuum_components import downstream as d
 from lab import crds as lab_crds
 from lab.standins.cert_issuer import CertIssuer, blocker, gateway_serves_secret
 from kontinuum.kube.certificates import CertificateNotReady, describe_conditions, is_ready, wait_ready
@@ -30,10 +31,10 @@ from providers.certificate_ready import CertificateReadyProvider
 ROOT = Path(__file__).resolve().parents[2]
 T = 10
 R, Z = "eu", "eu-1a"
-HUB = config.Hub("lab.test", "hub.lab.test:8443", "ops@lab.test", "https://acme.lab.test/directory",
-                 config.Auth("anonymous"))
-HUB_OIDC = config.Hub("lab.test", "hub.lab.test:8443", "ops@lab.test", "https://acme.lab.test/directory",
-                      config.Auth("oidc", "https://id.lab.test/realms/k", "kontinuum"))
+HUB = Hub("lab.test", "hub.lab.test:8443", "ops@lab.test", "https://acme.lab.test/directory",
+                 Auth("anonymous"))
+HUB_OIDC = Hub("lab.test", "hub.lab.test:8443", "ops@lab.test", "https://acme.lab.test/directory",
+                      Auth("oidc", "https://id.lab.test/realms/k", "kontinuum"))
 
 
 # -- pure builders ----------------------------------------------------------------------------
@@ -65,7 +66,7 @@ def test_env_config_oidc_mirrors_the_hub_and_drops_anonymous():
 
 def test_env_config_refuses_a_hub_without_auth():
     with pytest.raises(ValueError, match="refuses to start"):
-        d.env_config(R, Z, config.Hub("lab.test", "h:1", "a@b", "https://acme", None))
+        d.env_config(R, Z, Hub("lab.test", "h:1", "a@b", "https://acme", None))
 
 
 def test_identity_secrets_split_private_and_public_halves():
@@ -199,11 +200,11 @@ _MOCK_PROGRAM = textwrap.dedent('''
     pulumi.runtime.register_stack_transformation(record_deps)
 
     import pulumi_kubernetes as k8s
-    from kontinuum_components import config
+    from kontinuum.stackconfig.parse import parse
     from kontinuum_components.downstream import DownstreamFootprint
     from providers.zone_identity import ZoneIdentity
 
-    stack = config.parse({"region": "eu", "hub": {"dnsDomain": "lab.test", "grpcEndpoint": "hub.lab.test:8443",
+    stack = parse({"region": "eu", "hub": {"dnsDomain": "lab.test", "grpcEndpoint": "hub.lab.test:8443",
                           "acme": {"email": "ops@lab.test"}, "auth": {"mode": "anonymous"}},
                           "zones": [{"zone": "eu-1a", "talosAddresses": ["127.0.0.10"], "serverImage": "k:1",
                                      "timeouts": {"certificate": 42}}]})

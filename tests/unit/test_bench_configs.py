@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench import common, preview50
-from kontinuum_components import validation
+from kontinuum.stackconfig import validation
 from lab.acme import ensure_ca
 
 

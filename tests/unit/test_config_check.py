@@ -10,20 +10,21 @@ from pathlib import Path
 
 import yaml
 
-from kontinuum_components import config, render_check, validation
+from kontinuum.stackconfig import render_check, validation
+from kontinuum.stackconfig.parse import parse
 from tests.unit.test_stack_config import FULL
 
 ROOT = Path(__file__).parents[2]
 
 
 def rendered(raw: dict) -> list[str]:
-    report = render_check.check(config.parse(raw), raw, use_validator=False)
+    report = render_check.check(parse(raw), raw, use_validator=False)
     return [str(e) for e in report.errors]
 
 
 def test_clean_stack_renders_every_pool():
     raw = copy.deepcopy(FULL)
-    report = render_check.check(config.parse(raw), raw, use_validator=False)
+    report = render_check.check(parse(raw), raw, use_validator=False)
     assert report.errors == [] and report.configs == 2  # controlplane and general
 
 

@@ -1,5 +1,5 @@
 """One definition of the stack config: the README table and the shipped JSON Schema are
-generated from kontinuum_components/contract.py and must not drift from it."""
+generated from kontinuum/stackconfig/contract.py and must not drift from it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from kontinuum.cli import schema as schema_cli
-from kontinuum_components import contract
+from kontinuum.stackconfig import contract
 
 ROOT = Path(__file__).parents[2]
 

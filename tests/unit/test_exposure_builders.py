@@ -5,11 +5,13 @@ import base64
 from kontinuum.dns.rfc2136 import by_type, record_lines, split_server
 from kontinuum.kube import gateways
 from kontinuum.talos import pki
-from kontinuum_components import config, downstream as d, exposure
+from kontinuum.stackconfig.exposure import Ingress
+from kontinuum.stackconfig.model import Auth, Hub
+from kontinuum_components import downstream as d, exposure
 
-HUB = config.Hub("example.com", "hub.example.com:443", "ops@example.com", "https://acme.example/dir",
-                 config.Auth("anonymous"))
-LB = config.Ingress(mode="loadBalancer", addresses=("192.0.2.0/28", "192.0.2.40-192.0.2.45", "192.0.2.50"),
+HUB = Hub("example.com", "hub.example.com:443", "ops@example.com", "https://acme.example/dir",
+                 Auth("anonymous"))
+LB = Ingress(mode="loadBalancer", addresses=("192.0.2.0/28", "192.0.2.40-192.0.2.45", "192.0.2.50"),
                     interfaces=("^eth0$",), address="192.0.2.41")
 
 
@@ -25,20 +27,20 @@ def test_pool_and_policy_select_only_the_zone_gateway_service():
     assert policy["apiVersion"] == "cilium.io/v2alpha1"
     assert policy["spec"] == {"serviceSelector": selector, "loadBalancerIPs": True, "externalIPs": False,
                               "interfaces": ["^eth0$"]}
-    assert "interfaces" not in exposure.l2_policy_manifest(config.Ingress(mode="loadBalancer", addresses=("192.0.2.0/30",)),
+    assert "interfaces" not in exposure.l2_policy_manifest(Ingress(mode="loadBalancer", addresses=("192.0.2.0/30",)),
                                                            {}, "ns", "gw")["spec"]
 
 
 def test_gateway_carries_the_fixed_address_only_in_load_balancer_mode():
     assert d.gateway_spec("eu", "a", HUB, LB)["addresses"] == [{"type": "IPAddress", "value": "192.0.2.41"}]
-    assert "addresses" not in d.gateway_spec("eu", "a", HUB, config.Ingress())
+    assert "addresses" not in d.gateway_spec("eu", "a", HUB, Ingress())
     assert "addresses" not in d.gateway_spec("eu", "a", HUB)
 
 
 def test_cluster_issuer_trusts_the_private_acme_ca():
     assert "caBundle" not in d.cluster_issuer_spec(HUB)["acme"]
     pem = pki.new_ca(common_name="pebble").crt.decode()
-    hub = config.Hub(**{**HUB.__dict__, "acme_ca_bundle": pem})
+    hub = Hub(**{**HUB.__dict__, "acme_ca_bundle": pem})
     assert base64.b64decode(d.cluster_issuer_spec(hub)["acme"]["caBundle"]).decode() == pem
 
 

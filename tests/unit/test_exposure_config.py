@@ -7,8 +7,8 @@ import pytest
 
 from kontinuum.errors import ConfigErrors
 from kontinuum.talos import pki
-from kontinuum_components.config import parse
-from kontinuum_components.validation import validate
+from kontinuum.stackconfig.parse import parse
+from kontinuum.stackconfig.validation import validate
 
 HUB = {"dnsDomain": "example.com", "grpcEndpoint": "hub.example.com:443",
        "acme": {"email": "ops@example.com"}, "auth": {"mode": "anonymous"}}

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from kontinuum_components import config, flux_contract, validation
+from kontinuum.stackconfig import flux_contract, validation
+from kontinuum.stackconfig.model import StackConfig
+from kontinuum.stackconfig.parse import problems
 from tests.unit.test_stack_config import FULL
 
 ROOT = Path(__file__).parents[2]
@@ -19,10 +21,10 @@ KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END O
 TOKEN = "ghp_secrettoken0123456789"
 
 
-def stack(flux: dict, *, secret=frozenset({"zones"})) -> tuple[config.StackConfig | None, list[str]]:
+def stack(flux: dict, *, secret=frozenset({"zones"})) -> tuple[StackConfig | None, list[str]]:
     raw = copy.deepcopy(FULL)
     raw["zones"][0]["flux"] = flux
-    st, errs = config.problems(raw, secret_keys=secret)
+    st, errs = problems(raw, secret_keys=secret)
     return st, [str(e) for e in errs]
 
 

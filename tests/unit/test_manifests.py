@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from kontinuum.errors import ConfigError
 from kontinuum.kube import manifests
 from kontinuum.kube.manifests import ManifestError
-from kontinuum_components import config, specs
+from kontinuum.stackconfig import specs
+from kontinuum.stackconfig.parse import parse
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD = """apiVersion: apiextensions.k8s.io/v1
@@ -105,10 +107,10 @@ def test_unreachable_url_fails_bounded_saying_what_to_do(tmp_path, monkeypatch):
 
 
 def test_zone_validation_names_the_gateway_api_field(tmp_path):
-    stack = config.parse({"region": "eu", "hub": {"dnsDomain": "x.test", "grpcEndpoint": "hub.x.test:443",
+    stack = parse({"region": "eu", "hub": {"dnsDomain": "x.test", "grpcEndpoint": "hub.x.test:443",
                                                   "acme": {"email": "a@x.test"}, "auth": {"mode": "anonymous"}},
                           "zones": [{"zone": "a", "talosAddresses": ["10.0.0.5"],
                                      "addons": {"gatewayApi": {"source": str(tmp_path / "missing")}}}]})
-    with pytest.raises(config.ConfigError) as e:
+    with pytest.raises(ConfigError) as e:
         specs.validate("eu-a", stack.zones[0], "zones[0].")
     assert e.value.path == "zones[0].addons.gatewayApi.source" and "no such file" in str(e.value)

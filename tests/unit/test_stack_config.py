@@ -3,7 +3,7 @@
 import pytest
 
 from kontinuum.errors import ConfigErrors
-from kontinuum_components.config import parse
+from kontinuum.stackconfig.parse import parse
 
 HUB = {"dnsDomain": "example.com", "grpcEndpoint": "hub.example.com:443",
        "acme": {"email": "ops@example.com"}, "auth": {"mode": "anonymous"}}
@@ -91,7 +91,7 @@ def test_shipped_stacks_are_valid(stack_file):
 
     import yaml
 
-    from kontinuum_components.specs import validate
+    from kontinuum.stackconfig.specs import validate
 
     from lab import upstream
     from lab.acme import ensure_ca
@@ -109,7 +109,7 @@ def test_shipped_stacks_are_valid(stack_file):
 
 import copy  # noqa: E402
 
-from kontinuum_components import contract, schema  # noqa: E402
+from kontinuum.stackconfig import contract, schema  # noqa: E402
 
 FULL = {
     "region": "eu",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kontinuum.lifecycle.versions import parse, upgrade_problem
-from kontinuum_components import config
+from kontinuum.stackconfig import parse as stack_config
 
 
 @pytest.mark.parametrize(("current", "target", "allow", "expect"), [
@@ -36,23 +36,23 @@ def _zone(**extra) -> dict:
 
 
 def test_upgrade_keys_default_and_build_the_installer_image():
-    z = config.parse(_zone()).zones[0]
+    z = stack_config.parse(_zone()).zones[0]
     assert (z.upgrade.drain, z.upgrade.drain_control_planes, z.upgrade.allow_downgrade) == (True, False, False)
     assert z.upgrade.image(z.talos_version) == "ghcr.io/siderolabs/installer:v1.13.0" and z.path == "zones[0]"
-    z = config.parse(_zone(talosVersion="v1.13.1", upgrade={
+    z = stack_config.parse(_zone(talosVersion="v1.13.1", upgrade={
         "installerImage": "factory.talos.dev/metal-installer/abc123", "allowDowngrade": True})).zones[0]
     assert z.upgrade.image(z.talos_version) == "factory.talos.dev/metal-installer/abc123:v1.13.1"
 
 
 @pytest.mark.parametrize("bad", ["ghcr.io/siderolabs/installer:v1.13.1", "installer@sha256:00", "no-slash"])
 def test_installer_image_is_a_repository_without_tag(bad):
-    stack, errs = config.problems(_zone(upgrade={"installerImage": bad}))
+    stack, errs = stack_config.problems(_zone(upgrade={"installerImage": bad}))
     assert [str(e) for e in errs] and str(errs[0]).startswith("zones[0].upgrade.installerImage:")
 
 
 @pytest.mark.parametrize("version", ["v1.14.0", "v1.12.9"])
 def test_unsupported_target_is_refused_at_config_time(version):
-    _, errs = config.problems(_zone(talosVersion=version))
+    _, errs = stack_config.problems(_zone(talosVersion=version))
     assert any(str(e).startswith("zones[0].talosVersion:") for e in errs)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
-from kontinuum_components.schema import Bool, Format, List, Map, Obj, Str
+from kontinuum.stackconfig.schema import Bool, Format, List, Map, Obj, Str
 
 # The Flux Operator release (tools/versions.env FLUX_OPERATOR_VERSION) and what it ships.
 OPERATOR_VERSION = "v0.58.1"

@@ -25,8 +25,8 @@ from kontinuum.errors import ConfigError, KontinuumError
 from kontinuum.talos import configpatch, machineconfig, pki, secrets
 from kontinuum.talos.clusterspec import CONTROLPLANE, ClusterSpec, spec_problems
 from kontinuum.talos.precheck import precheck_doc
-from kontinuum_components.config import StackConfig, Zone
-from kontinuum_components.specs import cluster_spec
+from kontinuum.stackconfig.model import StackConfig, Zone
+from kontinuum.stackconfig.specs import cluster_spec
 
 VALIDATOR = "kontinuum-talos-validate"
 VALIDATOR_TIMEOUT = 60.0  # seconds for the whole stack; measured ~2 ms per config
@@ -133,7 +133,7 @@ def find_validator() -> str | None:
     if found:
         return found
     try:
-        bin_dir = subprocess.run([str(Path(__file__).parents[1] / "tools" / "install.sh"), "--print-bin"],
+        bin_dir = subprocess.run([str(Path(__file__).parents[2] / "tools" / "install.sh"), "--print-bin"],
                                  capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         return None

@@ -1,6 +1,6 @@
 """The stack config contract (`kontinuum:` namespace), defined once.
 
-The validator (config.py), the JSON Schema (`python -m kontinuum schema`, shipped as
+The validator (parse.py), the JSON Schema (`python -m kontinuum schema`, shipped as
 stacks/kontinuum.schema.json) and the README's stack-config table all come from STACK below.
 """
 
@@ -16,8 +16,8 @@ from kontinuum.talos import support
 from kontinuum.talos.clusterspec import TALOS_VERSION, is_ip
 from kontinuum.talos.renewal import RENEW_BEFORE_DAYS
 from kontinuum.talos.waits import WAIT_DEFAULTS
-from kontinuum_components.flux_contract import FLUX
-from kontinuum_components.schema import ANY, Bool, Format, Int, List, Map, Num, Obj, OneOf, Str, without
+from kontinuum.stackconfig.flux_contract import FLUX
+from kontinuum.stackconfig.schema import ANY, Bool, Format, Int, List, Map, Num, Obj, OneOf, Str, without
 
 DEFAULT_KUBERNETES_VERSION = "v1.35.4"
 DEFAULT_SERVER_IMAGE = "ghcr.io/kontinuum-sh/kontinuum-server:latest"

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from kontinuum_components import flux_contract as fc
-from kontinuum_components.schema import Field
+from kontinuum.stackconfig import flux_contract as fc
+from kontinuum.stackconfig.schema import Field
 
 Report = Callable[[str, str], None]
 

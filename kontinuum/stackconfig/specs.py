@@ -6,7 +6,7 @@ from __future__ import annotations
 from kontinuum.errors import ConfigError
 from kontinuum.kube import manifests
 from kontinuum.talos.clusterspec import ClusterSpec, PoolSpec, validate_spec
-from kontinuum_components.config import Pool, Zone
+from kontinuum.stackconfig.model import Pool, Zone
 
 
 def cluster_spec(name: str, zone: Zone, endpoint: str) -> ClusterSpec:

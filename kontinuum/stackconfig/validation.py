@@ -12,14 +12,14 @@ from typing import Any
 import yaml
 
 from kontinuum.errors import ConfigError
-from kontinuum_components import config, contract, render_check, specs
-
-SECRET_PLACEHOLDER = config.SECRET_PLACEHOLDER  # what the offline check sees of a `secure:` value
+from kontinuum.stackconfig import contract, render_check, specs
+from kontinuum.stackconfig.model import StackConfig
+from kontinuum.stackconfig.parse import SECRET_PLACEHOLDER, problems
 
 
 @dataclass
 class Result:
-    stack: config.StackConfig | None
+    stack: StackConfig | None
     errors: list[ConfigError] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     configs: int = 0
@@ -82,7 +82,7 @@ def _unwrap_secure(value: Any, path: str, secret: set[str]) -> Any:
 def validate(raw: dict, *, secret_keys: frozenset[str] | None, render: bool = True,
              validator: str | None = None) -> Result:
     """Every problem at once; `render` also renders and judges each pool's machine config."""
-    stack, errors = config.problems(raw, secret_keys=secret_keys)
+    stack, errors = problems(raw, secret_keys=secret_keys)
     result = Result(stack, list(errors))
     if stack is None:
         return result

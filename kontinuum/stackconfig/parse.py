@@ -1,4 +1,4 @@
-"""Typed stack config (`kontinuum:` namespace) with path-precise validation.
+"""From the `kontinuum:` values to the typed stack config (model.py), with path-precise errors.
 
 Everything is checked before a single resource is registered, and every problem is reported
 at once with its path (`zones[1].controlPlane.replicas: must be 1, 3 or 5, got 2`), so an
@@ -12,143 +12,21 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kontinuum.dns import tsig
 from kontinuum.backup.files import DEFAULT_DIRECTORY as BACKUP_DIRECTORY
 from kontinuum.backup.files import DEFAULT_KEEP as BACKUP_KEEP
+from kontinuum.dns import tsig
 from kontinuum.errors import ConfigError, ConfigErrors
+from kontinuum.stackconfig import contract, exposure, flux, schema
+from kontinuum.stackconfig.contract import (CONTROL_PLANE_POOL, DEFAULT_CHARTS, DEFAULT_GATEWAY_API,
+                                            DEFAULT_KUBERNETES_VERSION, DEFAULT_SERVER_IMAGE, DEFAULT_TIMEOUTS,
+                                            LETSENCRYPT)
+from kontinuum.stackconfig.model import (Addon, Addons, Auth, Backup, ChartSource, Hub, Machine, Pool, StackConfig,
+                                         Upgrade, Zone)
 from kontinuum.talos import support
 from kontinuum.talos.renewal import RENEW_BEFORE_DAYS
-from kontinuum_components import contract, exposure_config, flux_config, schema
-
-# The contract's constants live with its definition; re-exported for the code that reads them here.
-CONTROL_PLANE_POOL = contract.CONTROL_PLANE_POOL
-DEFAULT_CHARTS = contract.DEFAULT_CHARTS
-DEFAULT_GATEWAY_API = contract.DEFAULT_GATEWAY_API
-DEFAULT_KUBERNETES_VERSION = contract.DEFAULT_KUBERNETES_VERSION
-DEFAULT_SERVER_IMAGE = contract.DEFAULT_SERVER_IMAGE
-DEFAULT_TIMEOUTS = contract.DEFAULT_TIMEOUTS
-LETSENCRYPT = contract.LETSENCRYPT
-TEARDOWN_WIPES = contract.TEARDOWN_WIPES
-is_ip = contract.is_ip
-
-
-@dataclass(frozen=True)
-class ChartSource:
-    chart: str
-    namespace: str
-    repo: str | None = None
-    version: str | None = None
-    path: str | None = None  # a local chart directory instead of repo/chart/version
-
-
-@dataclass(frozen=True)
-class Addon:
-    source: ChartSource
-    values: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Addons:
-    cilium: Addon
-    cert_manager: Addon
-    gateway_api: str  # URL or local path of the standard-channel CRD bundle
-
-
-@dataclass(frozen=True)
-class Machine:
-    addresses: tuple[str, ...]
-    pool: str
-
-
-@dataclass(frozen=True)
-class Pool:
-    name: str
-    replicas: int
-    install_disk: str = "/dev/sda"
-    node_labels: dict = field(default_factory=dict)
-    patches: tuple = ()
-
-
-Ingress = exposure_config.Ingress
-Dns = exposure_config.Dns
-
-
-@dataclass(frozen=True)
-class Backup:
-    on_up: bool = False
-    directory: str = BACKUP_DIRECTORY
-    keep: int = BACKUP_KEEP
-
-
-@dataclass(frozen=True)
-class Upgrade:
-    """How a changed talosVersion rolls out (contract `upgrade`)."""
-
-    drain: bool = True  # workers
-    drain_control_planes: bool = False
-    allow_downgrade: bool = False
-    installer: str = contract.DEFAULT_INSTALLER  # repository; the tag is the Talos version
-
-    def image(self, talos_version: str) -> str:
-        return f"{self.installer}:{talos_version}"
-
-
-@dataclass(frozen=True)
-class Zone:
-    zone: str
-    machines: tuple[Machine, ...]
-    control_plane: Pool
-    endpoint: str | None
-    workers: tuple[Pool, ...]
-    talos_version: str
-    kubernetes_version: str
-    addons: Addons
-    patches: tuple
-    unregister_instances_on_delete: bool
-    server_image: str
-    timeouts: dict
-    skip_unreachable_cluster: bool  # teardown escape hatch: finish destroy with a dead cluster
-    talos_port: int = 50000
-    teardown_wipe: str = "state"  # one of TEARDOWN_WIPES
-    ingress: Ingress = Ingress()
-    dns: Dns = Dns()
-    backup: Backup = field(default_factory=Backup)
-    renew_before_days: float = RENEW_BEFORE_DAYS
-    rotate: dict = field(default_factory=dict)  # certificates.rotate: CA kind -> token
-    upgrade: Upgrade = field(default_factory=Upgrade)
-    path: str = "zones[0]"  # where the zone is in the stack config, for errors found later
-    flux: flux_config.Flux | None = None  # the GitOps hand-off, when configured
-
-
-@dataclass(frozen=True)
-class Auth:
-    mode: str  # "anonymous" | "oidc"
-    oidc_issuer_url: str | None = None
-    oidc_client_id: str | None = None
-
-
-@dataclass(frozen=True)
-class Hub:
-    dns_domain: str
-    grpc_endpoint: str
-    acme_email: str
-    acme_server: str
-    auth: Auth | None
-    acme_ca_bundle: str | None = None
-
-
-@dataclass(frozen=True)
-class StackConfig:
-    region: str
-    hub: Hub
-    zones: tuple[Zone, ...]
-    zone_index: tuple[int, ...] = ()  # each zone's position in `zones` of the stack config (error paths)
-    allow_empty_region: bool = False
-    tsig_keys: dict = field(default_factory=dict, repr=False)  # name -> kontinuum.dns.tsig.TsigKey (secret)
 
 
 def _merge(base: Any, over: Any) -> Any:
@@ -240,13 +118,13 @@ def _zone(raw: dict, path: str, errs: _Errors, region: str = "") -> Zone | None:
     if problem := support.kubernetes_problem(talos, kubernetes):
         errs.add(f"{path}.kubernetesVersion", problem)
     teardown = raw.get("teardown", {})
-    ingress = exposure_config.ingress(raw.get("ingress", {}), f"{path}.ingress", errs)
-    dns = exposure_config.dns(raw.get("dns", {}), f"{path}.dns", errs)
+    ingress = exposure.ingress(raw.get("ingress", {}), f"{path}.ingress", errs)
+    dns = exposure.dns(raw.get("dns", {}), f"{path}.dns", errs)
     backup = raw.get("backup", {})
     up = raw.get("upgrade", {})
     upgrade = Upgrade(up.get("drain", True), up.get("drainControlPlanes", False), up.get("allowDowngrade", False),
                       up.get("installerImage", contract.DEFAULT_INSTALLER))
-    flux = flux_config.parse(raw["flux"], f"{path}.flux", region, raw["zone"], errs.add) if raw.get("flux") else None
+    handoff = flux.parse(raw["flux"], f"{path}.flux", region, raw["zone"], errs.add) if raw.get("flux") else None
     return Zone(
         zone=raw["zone"], machines=machines, control_plane=cp, endpoint=endpoint, workers=tuple(workers),
         talos_version=talos, kubernetes_version=kubernetes,
@@ -257,7 +135,7 @@ def _zone(raw: dict, path: str, errs: _Errors, region: str = "") -> Zone | None:
         timeouts={**DEFAULT_TIMEOUTS, **raw.get("timeouts", {})},
         skip_unreachable_cluster=teardown.get("skipUnreachableCluster", False),
         talos_port=raw.get("talosPort", 50000), teardown_wipe=teardown.get("wipe", "state"),
-        ingress=ingress, dns=dns, upgrade=upgrade, flux=flux,
+        ingress=ingress, dns=dns, upgrade=upgrade, flux=handoff,
         backup=Backup(on_up=backup.get("onUp", False), directory=backup.get("directory", BACKUP_DIRECTORY),
                       keep=backup.get("keep", BACKUP_KEEP)),
         renew_before_days=raw.get("certificates", {}).get("renewBefore", RENEW_BEFORE_DAYS),
@@ -304,8 +182,8 @@ def _plain_secrets(raw: dict, secret_keys: frozenset[str], errs: _Errors) -> Non
     for key in ("defaults", "zones"):
         if key not in raw:
             continue
-        for path in flux_config.secret_paths(contract.STACK.fields[key], raw[key], key):
-            if not flux_config.is_secret(path, secret_keys):
+        for path in flux.secret_paths(contract.STACK.fields[key], raw[key], key):
+            if not flux.is_secret(path, secret_keys):
                 errs.add(path, "is plain text in the stack config; store it as a Pulumi secret: "
                          f"`pulumi config set --secret --path '{contract.NAMESPACE}:{path}' < file` "
                          "(and remove the plain value from the file's history)")
@@ -373,7 +251,7 @@ def problems(raw: dict, *, secret_keys: frozenset[str] | None = None) -> tuple[S
         index.append(i)
     hub = _hub(clean.get("hub"))
     keys = _tsig_keys(clean.get("dnsTsigKeys"), secret_keys, errs)
-    exposure_config.check_region(clean.get("region"), hub, zones, index, keys, clean.get("dnsTsigKeys"), errs)
+    exposure.check_region(clean.get("region"), hub, zones, index, keys, clean.get("dnsTsigKeys"), errs)
     if zones and hub is not None and hub.auth is None and "auth" not in (raw.get("hub") or {}):
         errs.add("hub.auth", "not configured: a zone's kontinuum-server refuses to start without the hub's auth "
                  "choice; set hub.auth.mode to anonymous or oidc")
