@@ -24,7 +24,7 @@ from lab.pulumi_cli import ROOT, Stack
 from tests.e2e.cluster_lab import (REGION, address, all_nodes, calls, delta, mutating, node_state, ready, write_config,
                                    zone)
 
-SPARE = address(9)  # listed for the web pool beyond its replicas
+SPARE = address(5)  # listed for the web pool beyond its replicas
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +117,7 @@ def test_cluster_patch_reapplies_every_node_once_and_resets_none(zone_stack):
     stack, _ = zone_stack
     patch = [{"op": "add", "path": "/machine/sysctls", "value": {"net.core.somaxconn": "65535"}}]
     edit(stack, lambda c, z: z.update({"patches": [patch]}))
-    made = converge(stack, touched={a: {"ApplyConfiguration"} for a in address_range(1, 6)})
+    made = converge(stack, touched={a: {"ApplyConfiguration"} for a in address_range(0, 5)})
     assert all(c == {"ApplyConfiguration": 1} for c in made.values()), made
 
 
@@ -154,7 +154,7 @@ def test_spare_joins_and_leaves_alone_with_replicas(zone_stack):
 
 def test_removing_a_machine_resets_exactly_that_machine(zone_stack):
     stack, _ = zone_stack
-    gone = address(4)  # the first web worker: the spare moves into the pool in its place
+    gone = address(3)  # the first web worker: the spare moves into the pool in its place
 
     def change(c, z):
         z["talosAddresses"] = [m for m in z["talosAddresses"] if m["address"] != gone]
@@ -164,18 +164,18 @@ def test_removing_a_machine_resets_exactly_that_machine(zone_stack):
     assert not [s for s in steps if s[0] in ("replace", "create-replacement", "delete-replaced")], steps
     assert not [s for s in steps if s[1] == "member" and s[2] not in (machine(gone), machine(SPARE))], steps
     converge(stack, touched={gone: {"Reset"}, SPARE: {"ApplyConfiguration"}})
-    assert node_state(gone)["mode"] == "maintenance" and node_state(address(5))["mode"] == "configured"
+    assert node_state(gone)["mode"] == "maintenance" and node_state(address(4))["mode"] == "configured"
 
 
 def test_instance_deleted_out_of_band_then_an_unrelated_edit_resets_nothing(zone_stack):
     stack, lab = zone_stack
     inv = Inventory.from_kubeconfig((lab / "hub" / "kubeconfig").read_text())
-    first_worker = machine(address(5))
+    first_worker = machine(address(4))
     assert inv.unregister(first_worker)
     edit(stack, lambda c, z: z["timeouts"].update({"claim": 4}))
     converge(stack)  # the pool registers the member again; no machine moves, none is reset
     assert inv.get(first_worker) is not None
-    assert all(node_state(a)["mode"] == "configured" for a in (*address_range(1, 4), address(5), SPARE))
+    assert all(node_state(a)["mode"] == "configured" for a in (*address_range(0, 3), address(4), SPARE))
 
 
 def test_swapping_every_control_plane_is_refused_at_preview(zone_stack):
@@ -185,7 +185,7 @@ def test_swapping_every_control_plane_is_refused_at_preview(zone_stack):
 
     def change(c, z):
         z["talosAddresses"] = [m for m in z["talosAddresses"] if m.get("pool", "controlplane") != "controlplane"] + [
-            {"address": address(10), "pool": "controlplane"}]
+            {"address": address(6), "pool": "controlplane"}]
         z["controlPlane"]["replicas"] = 1
     edit(stack, change)
     result = stack.run("preview", check=False)
@@ -199,7 +199,7 @@ def test_swapping_every_control_plane_is_refused_at_preview(zone_stack):
 # --- a stack made by the Kontinuum before members were keyed by machine ---------------------------
 
 BEFORE_IDENTITIES = "e6c4271"  # main before this change: one ConfigApply per pool slot
-OLD_CP, OLD_WORKER = address(11), address(12)
+OLD_CP, OLD_WORKER = address(7), address(8)
 
 
 @pytest.fixture(scope="module")
