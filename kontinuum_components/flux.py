@@ -16,7 +16,7 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
-from kontinuum.kube import flux as kflux
+from kontinuum.kube import flux_manifests as kflux
 from kontinuum.stackconfig.flux import Flux
 from providers.flux_instance import FluxInstance
 from providers.retired_credentials import RetiredCredentials

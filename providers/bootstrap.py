@@ -14,7 +14,7 @@ from grpclib.const import Status
 from pulumi.dynamic import CreateResult, ReadResult, ResourceProvider, UpdateResult
 
 from kontinuum.talos.errors import AlreadyBootstrappedError, TalosError
-from kontinuum.talos.transport import APID_PORT
+from kontinuum.talos.talosconfig import APID_PORT
 from kontinuum.talos.waits import WAIT_DEFAULTS, NotYet, wait_until
 from providers.common import TypedResource, diff_inputs, with_secret_outputs
 from providers.talos_common import TRANSIENT, Inputs, info, node_client, warn

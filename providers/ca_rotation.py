@@ -17,9 +17,9 @@ import pulumi
 import yaml
 from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
 
-from kontinuum.talos import ca_rotation, rotate, secrets
+from kontinuum.talos import ca_rotation, secrets
 from kontinuum.talos.pki import CertKey
-from kontinuum.talos.transport import APID_PORT
+from kontinuum.talos.talosconfig import APID_PORT
 from providers.common import TypedResource, with_secret_outputs
 from providers.talos_common import Inputs, info, known
 
@@ -39,11 +39,15 @@ def due(props: dict, done: dict) -> list[str]:
             if tokens.get(k) and (held.get(k) or {}).get("token") == tokens.get(k) and done.get(k) != tokens.get(k)]
 
 
-def _nodes(props: dict) -> list[rotate.Node]:
+def _nodes(props: dict) -> list:
+    from kontinuum.talos import rotate  # the rotation's clients load where it runs, not in the program
+
     return [rotate.Node(str(n["address"]), bool(n["controlPlane"])) for n in props.get("nodes") or []]
 
 
 def _run(props: dict, done: dict) -> dict:
+    from kontinuum.talos import rotate
+
     kinds = due(props, done)
     done = dict(done)
     if kinds:

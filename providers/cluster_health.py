@@ -17,7 +17,7 @@ from pulumi.dynamic import CreateResult, ResourceProvider, UpdateResult
 
 from kontinuum.errors import KontinuumError
 from kontinuum.talos.errors import ClusterUnhealthyError, TalosError
-from kontinuum.talos.transport import APID_PORT
+from kontinuum.talos.talosconfig import APID_PORT
 from kontinuum.talos.waits import WAIT_DEFAULTS, NotYet, WaitTimeout, wait_until
 from providers.common import TypedResource, diff_inputs, with_secret_outputs
 from providers.talos_common import TRANSIENT, Inputs, cluster_kubeconfig, info, node_client

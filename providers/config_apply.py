@@ -26,7 +26,7 @@ from kontinuum.lifecycle import etcd_health
 from kontinuum.talos import talosconfig
 from kontinuum.talos.errors import (FingerprintMismatchError, NodeUnreachableError, NotInMaintenanceError, TalosError,
                                     TalosTimeoutError, TlsTrustError)
-from kontinuum.talos.transport import APID_PORT
+from kontinuum.talos.talosconfig import APID_PORT
 from kontinuum.talos.waits import WAIT_DEFAULTS, NotYet, WaitTimeout, wait_until
 from providers.common import TypedResource, diff_inputs, with_secret_outputs
 from providers.node_teardown import WIPES, teardown

@@ -15,8 +15,6 @@ import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
 
 from kontinuum.backup import sealed
-from kontinuum.backup.take import take
-from kontinuum.backup.zone import ZoneAccess
 from providers.common import TypedResource, with_secret_outputs
 from providers.talos_common import Inputs, info
 
@@ -28,6 +26,9 @@ SECRET_OUTPUTS = ("key", "talosconfig", "secretsYaml")
 def _backup(props: dict, key: str) -> dict:
     if not props.get("onUp"):
         return {}
+    from kontinuum.backup.take import take  # the snapshot's clients load where it runs, not in the program
+    from kontinuum.backup.zone import ZoneAccess
+
     access = ZoneAccess(cluster=props["cluster"], talosconfig=props["talosconfig"],
                         secrets_yaml=props["secretsYaml"], control_planes=tuple(props["controlPlanes"]),
                         talos_port=int(props["talosPort"]), key=key)

@@ -25,7 +25,7 @@ from pulumi.dynamic import CreateResult, ReadResult, ResourceProvider, UpdateRes
 from kontinuum.errors import KontinuumError
 from kontinuum.talos import renewal, secrets
 from kontinuum.talos.errors import PermissionDeniedError, TalosError, WrongModeError
-from kontinuum.talos.transport import APID_PORT
+from kontinuum.talos.talosconfig import APID_PORT
 from kontinuum.talos.waits import WAIT_DEFAULTS, NotYet, WaitTimeout, wait_until
 from providers.common import TypedResource, diff_inputs, with_secret_outputs
 from providers.talos_common import Inputs, info, known, node_client, warn

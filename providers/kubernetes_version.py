@@ -11,29 +11,36 @@ The zone's ConfigApply resources depend on this one and apply the full configs a
 state records, per node, the version of each component (output `nodeVersions`). On a new zone
 no node runs Kubernetes yet: nothing to roll; a zone adopted without a record is not synced.
 delete: nothing.
+
+The rollout and its clients (kubernetes, the Talos client) load where they run: the program only
+registers this resource, and a diff only plans (kontinuum/lifecycle/kubernetes_upgrade.py).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pulumi
-from kubernetes import client
 from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
 
 from kontinuum.errors import ConfigError, KontinuumError
-from kontinuum.kube.clients import api_client
-from kontinuum.lifecycle import kubernetes_upgrade as k8s_upgrade
 from kontinuum.lifecycle import versions
 from kontinuum.talos.errors import TalosError, TlsTrustError
-from kontinuum.talos.transport import APID_PORT
+from kontinuum.talos.talosconfig import APID_PORT
 from providers.common import TypedResource, with_secret_outputs
 from providers.talos_common import Inputs, cluster_kubeconfig, info, known, node_client
+
+if TYPE_CHECKING:
+    from kontinuum.lifecycle.kubernetes_upgrade import Step
 
 RECORDED = ("zone", "version", "configPath")
 SECRET_INPUTS = ("configs", "talosconfig")
 
 
-def _steps(props: dict) -> list[k8s_upgrade.Step] | None:
+def _steps(props: dict) -> list[Step] | None:
     """The rollout's steps, or None while a node or config is not known (a first preview)."""
+    from kontinuum.lifecycle import kubernetes_upgrade as k8s_upgrade
+
     nodes, configs = props.get("nodes"), props.get("configs")
     if not known(nodes) or not known(configs) or not isinstance(nodes, list):
         return None
@@ -61,12 +68,14 @@ def diff_kubernetes_version(olds: dict, news: dict) -> DiffResult:
     if steps is None:
         info(f"Kubernetes upgrade of zone {news.get('zone')}: {recorded} → {target} (nodes known at `up`)")
     else:
-        for line in k8s_upgrade.plan_lines(steps, recorded, target):
+        from kontinuum.lifecycle.kubernetes_upgrade import plan_lines
+
+        for line in plan_lines(steps, recorded, target):
             info(line)
     return DiffResult(changes=True)
 
 
-def _members(props: dict, steps: list[k8s_upgrade.Step], *, new_zone: bool) -> set[str]:
+def _members(props: dict, steps: list[Step], *, new_zone: bool) -> set[str]:
     """Addresses of the nodes that answer with this cluster's identity: the others are not in
     the cluster yet (maintenance mode) and get the target version with their first config. On
     a new zone a node that does not answer is left to its ConfigApply, which reports it."""
@@ -102,6 +111,11 @@ def _converge(props: dict, olds: dict | None) -> dict:
         if address not in clients:
             clients[address] = node_client(props, address)
         return clients[address]
+
+    from kubernetes import client
+
+    from kontinuum.kube.clients import api_client
+    from kontinuum.lifecycle import kubernetes_upgrade as k8s_upgrade
 
     api = api_client(kubeconfig)
     try:

@@ -11,15 +11,17 @@ network.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from kontinuum.errors import KontinuumError
 from kontinuum.lifecycle import etcd_health
-from kontinuum.talos.client import TalosClient
 from kontinuum.talos.errors import TalosError, TlsTrustError
 from kontinuum.talos.waits import NotYet, WaitTimeout, wait_until
 from providers.talos_common import (TRANSIENT, cluster_kubeconfig, info, machine_inventory, maintenance_client,
                                      node_client, warn)
+
+if TYPE_CHECKING:  # made by talos_common where a call is made
+    from kontinuum.talos.client import TalosClient
 
 WIPES = {"state": ("STATE", "EPHEMERAL"), "disk": ()}  # system partitions a reset wipes; () = the disk
 DRAIN_BOUND = 300.0  # seconds at most for a drain (and half of what is left of resetTimeout)

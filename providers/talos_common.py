@@ -10,7 +10,7 @@ import hashlib
 import logging
 import math
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 from pulumi.output import Unknown
@@ -19,9 +19,11 @@ from pulumi.runtime import rpc, settings
 
 from kontinuum.errors import ConfigError
 from kontinuum.talos import talosconfig
-from kontinuum.talos.client import TalosClient
 from kontinuum.talos.errors import NodeUnreachableError, TalosError, TalosTimeoutError, TlsTrustError
-from kontinuum.talos.transport import APID_PORT
+from kontinuum.talos.talosconfig import APID_PORT
+
+if TYPE_CHECKING:  # the client (grpclib, protobuf) loads where one is made: the program and diffs never need it
+    from kontinuum.talos.client import TalosClient
 
 _log = logging.getLogger("kontinuum.providers.talos")
 
@@ -66,6 +68,8 @@ def config_hash(config: str) -> str:
 def node_client(props: dict, address: str | None = None) -> TalosClient:
     """mTLS client for exactly the node at `address` (default: props["address"]), reached
     directly, so a call never gets proxied to another member."""
+    from kontinuum.talos.client import TalosClient
+
     address = address or props["address"]
     config = talosconfig.parse(props["talosconfig"])
     return TalosClient.from_talosconfig(
@@ -74,6 +78,8 @@ def node_client(props: dict, address: str | None = None) -> TalosClient:
 
 
 def maintenance_client(props: dict, fingerprint: str | None = None) -> TalosClient:
+    from kontinuum.talos.client import TalosClient
+
     return TalosClient.maintenance(props["address"], port=int(props.get("talosPort") or APID_PORT),
                                    fingerprint=fingerprint)
 

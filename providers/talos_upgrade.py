@@ -17,8 +17,8 @@ import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
 
 from kontinuum.errors import ConfigError
-from kontinuum.lifecycle import talos_upgrade, versions
-from kontinuum.talos.transport import APID_PORT
+from kontinuum.lifecycle import versions
+from kontinuum.talos.talosconfig import APID_PORT
 from providers.common import TypedResource, with_secret_outputs
 from providers.config_apply import ROLES
 from providers.talos_common import Inputs, cluster_kubeconfig, info, known, node_client
@@ -74,6 +74,8 @@ def diff_talos_upgrade(olds: dict, news: dict) -> DiffResult:
 
 
 def _converge(props: dict) -> dict:
+    from kontinuum.lifecycle import talos_upgrade  # the upgrade's clients load where it runs, not in the program
+
     node = talos_upgrade.NodeUpgrade(
         address=props["address"], name=props.get("instance") or props["address"],
         control_plane=props["role"] == "controlplane", target=props["talosVersion"], image=props["installerImage"],

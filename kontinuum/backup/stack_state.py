@@ -13,7 +13,7 @@ from pathlib import Path
 
 from kontinuum.backup.zone import BackupError, ZoneAccess
 from kontinuum.recover import secret_value
-from kontinuum.talos.transport import APID_PORT
+from kontinuum.talos.talosconfig import APID_PORT
 
 STACK_TYPE = "pulumi:pulumi:Stack"
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from kontinuum.errors import KontinuumError
 from kontinuum.talos import pki, renewal, secrets, talosconfig
 from kontinuum.talos.client import TalosClient
-from kontinuum.talos.transport import APID_PORT
+from kontinuum.talos.talosconfig import APID_PORT
 
 
 class BackupError(KontinuumError):

@@ -1,104 +1,29 @@
-"""The Flux hand-off on a zone cluster (seed 002): pure builders for what Kontinuum hands to
-the Flux Operator, and the bounded calls its providers make.
+"""The Flux hand-off on a zone cluster (seed 002): the bounded calls its providers make on the
+objects kontinuum/kube/flux_manifests.py builds.
 
-- operator_values: the chart values that let the operator run before pod networking exists
-  (host network, the API through Talos KubePrism on localhost:7445 instead of the kubernetes
-  Service ClusterIP, tolerations for a node that is not Ready yet);
-- instance_manifest: the FluxInstance `flux` (distribution, components, sync) and, with
-  suspendApps, a patch on the generated sync Kustomization that makes kustomize-controller
-  apply the named application Kustomizations with `spec.suspend: true`;
-- credential_secret: a credential in the layout Flux's source controllers read;
-- apply_instance / delete_instance / retire_secrets: server-side apply and a bounded wait for
-  Ready naming the failing condition; a delete that never hangs on the operator's finalizer.
+apply_instance / delete_instance / retire_secrets: server-side apply and a bounded wait for
+Ready naming the failing condition; a delete that never hangs on the operator's finalizer.
 """
 
 from __future__ import annotations
 
-import base64
-import json
 import time
-from urllib.parse import urlsplit
 
 from kubernetes import client
 
 from kontinuum.errors import KontinuumError
 from kontinuum.kube.clients import api_client, describe_error
+from kontinuum.kube.flux_manifests import GROUP, INSTANCE_NAME, KIND, PLURAL, VERSION
 
-GROUP, VERSION, PLURAL, KIND = "fluxcd.controlplane.io", "v1", "fluxinstances", "FluxInstance"
-INSTANCE_NAME = "flux"  # the only name the FluxInstance CRD allows
 FINALIZER = "fluxcd.controlplane.io/finalizer"
 FIELD_MANAGER = "kontinuum"
 OPERATOR_SELECTOR = "app.kubernetes.io/name=flux-operator"
-KUBEPRISM_HOST, KUBEPRISM_PORT = "localhost", 7445
-MANAGED_BY = {"app.kubernetes.io/managed-by": "kontinuum"}
 REQUEST_TIMEOUT = 15.0
 POLL = 3.0
-
-# What a node carries before its CNI is up (node lifecycle controller) and on a control plane.
-PRE_CNI_TOLERATIONS = [
-    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoSchedule"},
-    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
-    {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
-    {"key": "node.cilium.io/agent-not-ready", "operator": "Exists"},
-]
 
 
 class FluxNotReady(KontinuumError):
     pass
-
-
-def operator_values() -> dict:
-    """The seed's pre-CNI settings, under the upstream chart's value names."""
-    return {
-        "hostNetwork": True,
-        "extraEnvs": [{"name": "KUBERNETES_SERVICE_HOST", "value": KUBEPRISM_HOST},
-                      {"name": "KUBERNETES_SERVICE_PORT", "value": str(KUBEPRISM_PORT)}],
-        "tolerations": PRE_CNI_TOLERATIONS,
-        "installCRDs": True,
-    }
-
-
-def suspend_patch(namespace: str, apps: list[str]) -> dict:
-    """A FluxInstance kustomize patch on the sync Kustomization (named after the namespace):
-    it gains `spec.patches` setting `spec.suspend: true` on the named Kustomizations."""
-    inner = {"target": {"group": "kustomize.toolkit.fluxcd.io", "kind": "Kustomization",
-                        "name": "^(" + "|".join(apps) + ")$"},
-             "patch": json.dumps([{"op": "add", "path": "/spec/suspend", "value": True}])}
-    return {"target": {"group": "kustomize.toolkit.fluxcd.io", "kind": "Kustomization", "name": namespace},
-            "patch": json.dumps([{"op": "add", "path": "/spec/patches", "value": [inner]}])}
-
-
-def instance_manifest(*, namespace: str, version: str, registry: str, components: list[str], kind: str, url: str,
-                      ref: str, path: str, interval: str, pull_secret: str | None, suspend_apps: bool,
-                      apps: list[str]) -> dict:
-    sync = {"kind": kind, "url": url, "ref": ref, "path": path, "interval": interval}
-    if pull_secret:
-        sync["pullSecret"] = pull_secret
-    spec: dict = {"distribution": {"version": version, "registry": registry}, "components": list(components),
-                  "cluster": {"type": "kubernetes"}, "sync": sync}
-    if suspend_apps:
-        spec["kustomize"] = {"patches": [suspend_patch(namespace, apps)]}
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
-            "metadata": {"name": INSTANCE_NAME, "namespace": namespace, "labels": dict(MANAGED_BY)}, "spec": spec}
-
-
-def credential_secret(*, name: str, namespace: str, source_url: str | None, ssh_private_key: str | None = None,
-                      known_hosts: str | None = None, username: str | None = None, token: str | None = None) -> dict:
-    """The Secret Flux reads: `identity` + `known_hosts` (SSH Git), `username` + `password`
-    (HTTPS Git) or a docker config (OCI registry)."""
-    meta = {"name": name, "namespace": namespace, "labels": dict(MANAGED_BY)}
-    if ssh_private_key:
-        return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": meta,
-                "stringData": {"identity": ssh_private_key, "known_hosts": known_hosts or ""}}
-    user = username or "git"
-    if source_url and source_url.startswith("oci://"):
-        host = urlsplit(source_url).netloc
-        auth = base64.b64encode(f"{user}:{token}".encode()).decode()
-        config = json.dumps({"auths": {host: {"username": user, "password": token, "auth": auth}}})
-        return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson", "metadata": meta,
-                "stringData": {".dockerconfigjson": config}}
-    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": meta,
-            "stringData": {"username": user, "password": token or ""}}
 
 
 # --- calls -----------------------------------------------------------------------------------

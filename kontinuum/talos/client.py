@@ -47,7 +47,8 @@ from kontinuum.talos.errors import (
     TalosError,
     classify,
 )
-from kontinuum.talos.transport import APID_PORT, MaintenanceTransport, MutualTlsTransport, Transport
+from kontinuum.talos.talosconfig import APID_PORT
+from kontinuum.talos.transport import MaintenanceTransport, MutualTlsTransport, Transport
 from protos.gen.cluster import cluster_grpc, cluster_pb2
 from protos.gen.machine import machine_grpc, machine_pb2
 from protos.gen.v1alpha1 import state_grpc, state_pb2

@@ -22,7 +22,8 @@ from kontinuum.talos import pki, talosconfig
 from kontinuum.talos.client import TalosClient
 from kontinuum.talos.errors import TalosError, WrongModeError
 from kontinuum.talos.pki import CertKey
-from kontinuum.talos.transport import APID_PORT, load_cert_chain
+from kontinuum.talos.talosconfig import APID_PORT
+from kontinuum.talos.transport import load_cert_chain
 from kontinuum.talos.waits import NotYet, WaitTimeout, wait_until
 
 Log = Callable[[str], None]

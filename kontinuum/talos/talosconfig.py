@@ -19,6 +19,8 @@ from kontinuum.errors import ConfigError
 from kontinuum.talos import goyaml, pki
 from kontinuum.talos.pki import CertKey
 
+APID_PORT = 50000  # apid's port: what an endpoint without one means
+
 ROLES = ("os:admin", "os:operator", "os:reader", "os:etcd:backup", "os:impersonator")
 CLIENT_CERT_DAYS = 365  # talosctl: TalosAPIDefaultCertificateValidityDuration
 

@@ -31,8 +31,7 @@ from grpclib.client import Channel
 
 from kontinuum.talos import pki
 from kontinuum.talos.errors import CertificatePinMismatch
-
-APID_PORT = 50000
+from kontinuum.talos.talosconfig import APID_PORT
 
 
 def spki_sha256(der_certificate: bytes) -> str:

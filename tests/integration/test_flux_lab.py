@@ -11,7 +11,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from kontinuum.kube import flux
+from kontinuum.kube import flux, flux_manifests
 from kontinuum.talos import machineconfig as mc
 from kontinuum.talos import secrets
 from kontinuum.talos.clusterspec import ClusterSpec
@@ -110,7 +110,7 @@ def operator_deployment(namespace: str, env) -> dict:
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "flux-operator", "namespace": namespace},
             "spec": {"replicas": 1, "strategy": {"type": "Recreate"}, "selector": {"matchLabels": labels},
                      "template": {"metadata": {"labels": labels}, "spec": {
-                         "hostNetwork": True, "tolerations": flux.PRE_CNI_TOLERATIONS,
+                         "hostNetwork": True, "tolerations": flux_manifests.PRE_CNI_TOLERATIONS,
                          "containers": [{"name": "manager", "image": "ghcr.io/controlplaneio-fluxcd/flux-operator:v0.58.1",
                                          "env": env}]}}}}
 
@@ -131,7 +131,7 @@ def _reconciles(kubeconfig, api, mgr, url, sha):
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     lab_crds.apply(api, [yaml.safe_load(p.read_text()) for p in flux_operator.crd_files()])
     ensure_namespace(core, "flux-system")
-    manifest = flux.instance_manifest(
+    manifest = flux_manifests.instance_manifest(
         namespace="flux-system", version="2.9.x", registry="ghcr.io/fluxcd", components=["source-controller",
         "kustomize-controller"], kind="GitRepository", url=url, ref="refs/heads/main",
         path="clusters/lab/a", interval="1m", pull_secret=None, suspend_apps=True, apps=["apps"])

@@ -8,14 +8,14 @@ import base64
 import json
 
 
-from kontinuum.kube import flux
+from kontinuum.kube import flux, flux_manifests
 from kontinuum_components import flux as component
 from lab import pod_network
 from tests.unit.test_flux_config import KEY, TOKEN, stack
 
 
 def test_operator_values_run_it_before_pod_networking():
-    v = flux.operator_values()
+    v = flux_manifests.operator_values()
     assert v["hostNetwork"] is True and v["installCRDs"] is True
     assert v["extraEnvs"] == [{"name": "KUBERNETES_SERVICE_HOST", "value": "localhost"},
                               {"name": "KUBERNETES_SERVICE_PORT", "value": "7445"}]

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ast
 import graphlib
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,3 +67,14 @@ def test_no_package_has_an_import_circle():
     except graphlib.CycleError as e:
         raise AssertionError(f"import circle: {' -> '.join(reversed(e.args[1]))}; put what they share in a module "
                              "below them, or hand the dependency in") from None
+
+
+def test_the_program_loads_no_cluster_client():
+    """Every `pulumi up` and preview starts the program, and the program only registers resources:
+    the Kubernetes client and the Talos gRPC client (0.5 CPU-s a start together) load in the
+    dynamic-provider host, where a create or update calls them."""
+    code = ("import sys;"
+            "import kontinuum_components.zone, kontinuum.stackconfig.validation, providers.region_guard;"
+            "print(' '.join(x for x in ('kubernetes', 'kontinuum.talos.client') if x in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"the program's modules load {out.stdout.strip()}: import it where it is called"
