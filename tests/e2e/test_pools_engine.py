@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -11,11 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kontinuum.hub.crds import LABEL_CLAIMED_BY
 from kontinuum.hub.inventory import Inventory
 from lab.hub import Hub
-from lab.pulumi_cli import WRAPPER, Stack, kill_strays
+from lab.pulumi_cli import Stack, kill_strays
 from lab.talos_node import Lab
 
 PROJECT = Path(__file__).parent / "projects" / "pools"
@@ -37,17 +37,20 @@ def lab():
 
 def stack_for(tmp_path: Path, hub: Hub, name: str, instances: list[dict], pools: list[dict],
               hub_kubeconfig: str | None = None) -> Stack:
+    """A stack of the pools project, its config in a file of its own (no CLI start per key)."""
     project = tmp_path / name
     shutil.copytree(PROJECT, project)
-    stack = Stack(project, "e2e", tmp_path / f"{name}-state", passphrase="e2e").init()
-    stack.set_config("hubKubeconfig", hub_kubeconfig or hub.kubeconfig, secret=True)
-    stack.set_config("instances", json.dumps(instances))
-    stack.set_config("pools", json.dumps(pools))
+    stack = Stack(project, "e2e", tmp_path / f"{name}-state", passphrase="e2e",
+                  config_file=tmp_path / f"{name}-Pulumi.e2e.yaml").init()
+    stack.write_config_file({"config": {"pools:hubKubeconfig": hub_kubeconfig or hub.kubeconfig,
+                                        "pools:instances": instances, "pools:pools": pools}})
     return stack
 
 
 def set_objects(stack: Stack, key: str, value) -> None:
-    stack.set_config(key, json.dumps(value))
+    settings = yaml.safe_load(stack.config_file.read_text())
+    settings["config"][f"pools:{key}"] = value
+    stack.write_config_file(settings)
 
 
 def claims(inv: Inventory, test: str) -> dict[str, str | None]:
@@ -149,8 +152,7 @@ def test_killed_up_while_claiming_converges_without_orphans(hub, lab, tmp_path):
     stack = stack_for(tmp_path, hub, "kill", instances, [{"name": "kill-pool", "selector": {"test": "kill"},
                                                            "replicas": 3, "waitSeconds": 120}])
     inv = Inventory.from_kubeconfig(hub.kubeconfig)
-    proc = subprocess.Popen([str(WRAPPER), "up", "--yes", "--skip-preview", "--non-interactive", "--stack", "e2e"],
-                            cwd=stack.project_dir, env=stack.env(), stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(stack.command("up", "--yes", "--skip-preview"), cwd=stack.project_dir, env=stack.env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
