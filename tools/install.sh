@@ -18,7 +18,10 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/versions.env"
 
 cache=${KONTINUUM_TOOLS_CACHE:-$HOME/.cache/kontinuum/tools}
-pins=$(grep -E '^[A-Z_]+=' "$here/versions.env" | sha256sum | cut -c1-12)
+# Our own compiled tool (tools/plugin-guard) is versioned by its source; the tool directory by
+# the pins and that version, so checkouts with different guards never share one directory.
+guard_version=$(cat "$here/plugin-guard/go.mod" "$here/plugin-guard/main.go" | sha256sum | cut -c1-12)
+pins=$({ grep -E '^[A-Z_]+=' "$here/versions.env"; echo "plugin-guard $guard_version"; } | sha256sum | cut -c1-12)
 bin=${KONTINUUM_TOOLS:-$cache/$pins}/bin
 if [ "${1:-}" = "--print-bin" ]; then echo "$bin"; exit 0; fi
 mkdir -p "$bin"
@@ -48,7 +51,7 @@ version_of() {
         */$1/*) basename "$dir" ;;
         */resource-kubernetes-v*) basename "$dir" | sed 's/^resource-kubernetes-v//' ;;
       esac ;;
-    kontinuum-talos-validate) "$2" --version 2>/dev/null ;;
+    kontinuum-talos-validate|kontinuum-plugin-guard) "$2" --version 2>/dev/null ;;
     etcd) "$2" --version 2>/dev/null | sed -n 's/^etcd Version: /v/p' ;;
     etcdutl) "$2" version 2>/dev/null | sed -n 's/^etcdutl version: /v/p' ;;
     kube-*) "$2" --version 2>/dev/null | awk '{print $2}' ;;
@@ -128,6 +131,11 @@ provide() {
 }
 
 # Each builder gets a fresh output directory and must leave the binary in it.
+build_plugin_guard() { # ours, standard library only: seconds
+  (cd "$here/plugin-guard" &&
+    go build -trimpath -ldflags "-s -w -X main.version=$guard_version" -o "$1/kontinuum-plugin-guard" .)
+}
+
 build_pulumi() {
   (cd "$here/builders/pulumi" &&
     go build -trimpath -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION" \
@@ -267,6 +275,7 @@ want() { [[ $wanted == *" all "* || $wanted == *" $1 "* ]]; }
 
 t0=$SECONDS
 say "tool directory: $bin"
+want kontinuum-plugin-guard && provide kontinuum-plugin-guard "$guard_version" build_plugin_guard
 want pulumi && provide pulumi "$PULUMI_VERSION" build_pulumi
 want pulumi-language-python && provide pulumi-language-python "$PULUMI_LANGUAGE_PYTHON_VERSION" build_language_python
 want pulumi-resource-kubernetes && provide pulumi-resource-kubernetes "$PULUMI_KUBERNETES_VERSION" build_kubernetes_provider
