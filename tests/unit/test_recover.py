@@ -248,3 +248,12 @@ def test_without_a_selection_for_this_backend_the_engine_says_which_stack(tmp_pa
     workspace(tmp_path, project, {"stack": "legacy", "stacks": {"s3://elsewhere": "eu"}})
     assert recover.selected_stack(project) == "from-engine"
     assert engine.commands() == ["stack --show-name"]
+
+
+def test_the_recover_command_imports_no_other_command():
+    """tools/pulumi starts `python -m kontinuum recover` before every up: it loads only its own code."""
+    script = ("import sys\nfrom kontinuum.__main__ import main\ntry:\n    main(['recover', '--help'])\n"
+              "except SystemExit:\n    pass\nprint(sorted(m for m in sys.modules if m.startswith('kontinuum.cli.')))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert out.stdout.strip().splitlines()[-1] == "['kontinuum.cli.recover']", out.stderr
