@@ -44,7 +44,7 @@ def listing(path: list[str]) -> list[dict]:
 
     backend = os.environ.get("_PIP_USE_IMPORTLIB_METADATA")
     if (not pip.__version__.startswith(PIP_SERIES) or pip._vendor.DEBUNDLED or backend is not None
-            or not getattr(importlib.metadata, "_PIP_USE_IMPORTLIB_METADATA", True)):
+            or sys.version_info < (3, 11) or not getattr(importlib.metadata, "_PIP_USE_IMPORTLIB_METADATA", True)):
         raise Unmodelled("another pip or metadata backend")
     found, rows = set(), []
     for location in path:
