@@ -55,10 +55,13 @@ def test_preview_up_noop_destroy(apiserver, tmp_path, monkeypatch):
     assert stack.outputs()["greeting"] == "hello smoke"
 
     exported = stack.export()
-    plugins = {(p["name"], p["type"]): p for p in exported["deployment"]["manifest"]["plugins"]}
-    kubernetes = plugins[("kubernetes", "resource")]
-    assert kubernetes["version"] == PINS["PULUMI_KUBERNETES_VERSION"]
-    assert kubernetes["path"].startswith(str(tmp_path / "state" / "pulumi-home" / "plugins"))  # our launcher's entry
+    # The kubernetes plugin ran at the pinned version: ambient plugins and downloads are off, so the
+    # engine could only load the entry tools/pulumi wrote for that version (our launcher).
+    providers = [r for r in exported["deployment"]["resources"] if r["type"] == "pulumi:providers:kubernetes"]
+    assert [r["inputs"].get("version") for r in providers] == [PINS["PULUMI_KUBERNETES_VERSION"]], providers
+    entry = (tmp_path / "state" / "pulumi-home" / "plugins" / f"resource-kubernetes-v{PINS['PULUMI_KUBERNETES_VERSION']}"
+             / "pulumi-resource-kubernetes")
+    assert "tools/plugins/pulumi-resource-kubernetes" in entry.read_text()
     check_reads_without_the_engine(stack, exported, monkeypatch)
 
     again = stack.up("--expect-no-changes")

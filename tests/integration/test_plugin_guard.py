@@ -118,7 +118,10 @@ def test_kubernetes_plugin_launcher_execs_the_next_one_on_path_and_dies_with_the
 def test_kubernetes_plugin_launcher_without_the_pinned_plugin_or_guard_says_what_to_do(env, tool_dir, tmp_path,
                                                                                         missing):
     fake = fake_plugin(tmp_path / "bin", "pulumi-resource-kubernetes", "exit 0")
-    path = f"{PLUGINS}:{tool_dir}:/usr/bin:/bin" if missing == "plugin" else f"{PLUGINS}:{fake.parent}:/usr/bin:/bin"
+    guard_only = tmp_path / "guard"
+    guard_only.mkdir()
+    (guard_only / "kontinuum-plugin-guard").symlink_to(tool_dir / "kontinuum-plugin-guard")
+    path = f"{PLUGINS}:{guard_only}:/usr/bin:/bin" if missing == "plugin" else f"{PLUGINS}:{fake.parent}:/usr/bin:/bin"
     result = subprocess.run([str(PLUGINS / "pulumi-resource-kubernetes")], env={**env, "PATH": path},
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 1
