@@ -114,6 +114,24 @@ def test_kubernetes_plugin_launcher_execs_the_next_one_on_path_and_dies_with_the
             os.kill(plugin, signal.SIGKILL)
 
 
+def test_the_pinned_kubernetes_plugin_dies_with_a_killed_engine(env, tool_dir, tmp_path):
+    real = tool_dir / "pulumi-resource-kubernetes"
+    if not real.exists():
+        pytest.fail(f"{real} is missing; run `make tools`")
+    env = {**env, "PATH": f"{PLUGINS}:{tool_dir}:{env['PATH']}", "TMPDIR": str(tmp_path)}
+    engine, plugin, port = start_engine([str(PLUGINS / "pulumi-resource-kubernetes"), "127.0.0.1:1"], env)
+    try:
+        assert port.isdigit(), f"the kubernetes plugin printed {port!r}, not its port"
+        assert Path(f"/proc/{plugin}/exe").resolve() == real.resolve()  # the launcher and guard exec'd it
+        assert f"TMPDIR={tmp_path}/kontinuum-plugins-{engine.pid}".encode() in Path(f"/proc/{plugin}/environ").read_bytes()
+        os.kill(engine.pid, signal.SIGKILL)
+        engine.wait(timeout=10)
+        assert gone_within(plugin, 5) is not None, "the kubernetes plugin outlived the engine by 5 s"
+    finally:
+        if alive(plugin):
+            os.kill(plugin, signal.SIGKILL)
+
+
 @pytest.mark.parametrize("missing", ["plugin", "guard"])
 def test_kubernetes_plugin_launcher_without_the_pinned_plugin_or_guard_says_what_to_do(env, tool_dir, tmp_path,
                                                                                         missing):
