@@ -1,11 +1,13 @@
 """noop: a no-op `pulumi up` on a converged N-zone lab stack beside an empty program's.
 
 Baseline: a program that only imports pulumi, its stack already up, `pulumi up --yes
---skip-preview` again. Subject: the converged lab stack (8 zones, or the largest size the
-lab held; the section says which), the same command with --expect-no-changes. While the
-subject runs, the emulated Talos nodes count every call by method (read through their
-control endpoints, reset just before): mutating kinds (ApplyConfiguration, Bootstrap, Reset,
-Upgrade, Etcd*) must be zero. Aim: no-op ≤ 1.5 × empty.
+--skip-preview` again, through tools/pulumi and, alternating with it, by the bare pinned engine
+(common.bare_env: no wrapper, launchers or recover), the fixed cost of a run that is ours.
+Subject: the converged lab stack (8 zones, or the largest size the lab held; the section says
+which), the same command with --expect-no-changes. While the subject runs, the emulated Talos
+nodes count every call by method (read through their control endpoints, reset just before):
+mutating kinds (ApplyConfiguration, Bootstrap, Reset, Upgrade, Etcd*) must be zero. Aims: no-op
+≤ 1.5 × empty; empty through tools/pulumi ≤ 1.3 × the bare engine's.
 """
 
 from __future__ import annotations
@@ -14,33 +16,40 @@ from bench import common, labctl, runs, zones
 from bench.report import Section
 
 AIM = 1.5
+AIM_WRAPPER = 1.3  # an empty program's up through tools/pulumi over the bare engine's
 TIMEOUT = 600.0
 
 
-def empty_baseline(ctx) -> tuple[common.Series, common.Series, list[str]]:
+def empty_baseline(ctx) -> tuple[common.Series, common.Series, common.Series, list[str]]:
+    """(wall through tools/pulumi, its peak RSS, wall of the bare engine, problems), the two
+    alternating run by run so that both see the same machine."""
     work = ctx.out / "noop-empty"
     project = common.empty_project(work / "project")
     stack = common.new_stack(project, "empty", work / "state")
     problems: list[str] = []
-    wall, rss = common.Series(), common.Series()
+    wall, rss, bare = common.Series(), common.Series(), common.Series()
     try:
         first = runs.timed_pulumi(stack, "up", "--yes", "--skip-preview", timeout=TIMEOUT)
         if not first.ok:
             problems.append(f"first `pulumi up` of the empty program exited {first.returncode}:\n{first.tail()}")
-            return wall, rss, problems
+            return wall, rss, bare, problems
         for i in range(ctx.runs):
-            r = runs.timed_pulumi(stack, "up", "--yes", "--skip-preview", "--expect-no-changes", timeout=TIMEOUT)
-            ctx.log(f"noop: empty program up {i + 1}/{ctx.runs}: rc {r.returncode}, {r.wall:.2f} s")
-            if not r.ok:
-                problems.append(f"empty program up {i + 1} exited {r.returncode}:\n{r.tail()}")
-                continue
-            wall.add(r.wall)
-            rss.add(common.mib(r.peak_rss))
+            for kind in ("tools/pulumi", "bare engine"):
+                r = runs.timed_pulumi(stack, "up", "--yes", "--skip-preview", "--expect-no-changes",
+                                        timeout=TIMEOUT, bare=kind == "bare engine")
+                ctx.log(f"noop: empty program up ({kind}) {i + 1}/{ctx.runs}: rc {r.returncode}, {r.wall:.2f} s")
+                if not r.ok:
+                    problems.append(f"empty program up ({kind}) {i + 1} exited {r.returncode}:\n{r.tail()}")
+                elif kind == "bare engine":
+                    bare.add(r.wall)
+                else:
+                    wall.add(r.wall)
+                    rss.add(common.mib(r.peak_rss))
     finally:
         p = common.destroy_quietly(stack, timeout=TIMEOUT)
         if p:
             problems.append(f"cleanup of the empty stack: {p}")
-    return wall, rss, problems
+    return wall, rss, bare, problems
 
 
 def converged(ctx):
@@ -60,7 +69,8 @@ def converged(ctx):
 
 def run(ctx) -> Section:
     sec = Section("noop", "no-op `pulumi up` on a converged lab stack vs an empty program's")
-    sec.aim = f"no-op ≤ {AIM:g} × empty; zero mutating Talos calls"
+    sec.aim = (f"no-op ≤ {AIM:g} × empty; zero mutating Talos calls; empty through tools/pulumi ≤ {AIM_WRAPPER:g} × "
+               "the bare engine")
     missing = common.missing_tools("pulumi", "pulumi-language-python")
     if missing:
         sec.not_measured(f"pinned tools not built yet: {', '.join(missing)}")
@@ -69,10 +79,16 @@ def run(ctx) -> Section:
     # converged lab running (its control planes use CPU even when nothing drives them).
     why = labctl.lab_usable() or ("skipped (--noop-empty-only)" if ctx.only_empty else None)
     kept, problems = (None, []) if why else converged(ctx)
-    empty, empty_rss, empty_problems = empty_baseline(ctx)
+    empty, empty_rss, bare, empty_problems = empty_baseline(ctx)
     for p in empty_problems:
         sec.not_measured(p)
     sec.row("empty program, `pulumi up --yes --skip-preview` (stack already up)", empty.fmt("s", 2))
+    sec.row("empty program, the bare pinned engine's `pulumi up` (no wrapper, launchers or recover)", bare.fmt("s", 2))
+    if empty.values and bare.values:
+        ratio = empty.median / bare.median
+        sec.row("empty tools/pulumi up / bare engine", f"{ratio:.2f}")
+        sec.verdict(ratio <= AIM_WRAPPER, f"empty through tools/pulumi {empty.median:.2f} s = {ratio:.2f} × the bare "
+                    f"engine's {bare.median:.2f} s (aim ≤ {AIM_WRAPPER:g} ×)")
     sec.row("empty program, peak RSS of the tree", empty_rss.fmt("MiB", 0))
     if why:
         sec.not_measured(f"no-op on a converged lab stack: " + (why if why.startswith("skipped") else

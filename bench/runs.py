@@ -14,6 +14,7 @@ from pathlib import Path
 from bench.event_log import Event, EventTail
 from bench.profile import ProgramSpy, summarize_engine, summarize_pyspy
 from bench.proctree import SAMPLE_EVERY, TreeSampler, kill_tree
+from bench.common import ROOT, tools_bin
 from lab.pulumi_cli import WRAPPER, Stack
 
 
@@ -44,15 +45,29 @@ class Run:
         return "\n".join(text[-n:])
 
 
+def bare_env(stack: Stack) -> dict[str, str]:
+    """The environment of the bare pinned engine on `stack`: what tools/pulumi sets for the engine
+    (state, backend, no update check or plugin downloads, the venv's Python), none of our own
+    parts (launchers, plugin entries, recover): the language host is the tool directory's."""
+    bin_dir = tools_bin()
+    env = stack.env()
+    env.update(PATH=f"{bin_dir}:{ROOT / 'venv' / 'bin'}:{env['PATH']}",
+               PULUMI_HOME=str(stack.state_dir / "bare-pulumi-home"),
+               PULUMI_PYTHON_CMD=str(ROOT / "venv" / "bin" / "python"),
+               PULUMI_SKIP_UPDATE_CHECK="true", PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION="true")
+    return env
+
+
 def timed_pulumi(stack: Stack, *args: str, timeout: float, event_log: Path | None = None,
                  extra_env: dict[str, str] | None = None, profile: Path | None = None,
-                 sample_every: float = SAMPLE_EVERY) -> Run:
+                 sample_every: float = SAMPLE_EVERY, bare: bool = False) -> Run:
     """Run the pinned engine through tools/pulumi in its own session, sample its tree's RSS,
     follow its event log, and take wall and rusage figures. Kills the tree on timeout.
     With `profile` (a directory), also profile the engine and the Python program there.
     Sampling reads /proc of every process; where the tree's memory is not the figure, a longer
-    `sample_every` keeps the bench's own CPU off the machine it measures."""
-    argv = [str(WRAPPER), *args, "--non-interactive"]
+    `sample_every` keeps the bench's own CPU off the machine it measures. With `bare`, the
+    pinned engine itself runs, without tools/pulumi (bare_env)."""
+    argv = [str(tools_bin() / "pulumi") if bare else str(WRAPPER), *args, "--non-interactive"]
     if profile is not None:
         shutil.rmtree(profile, ignore_errors=True)
         profile.mkdir(parents=True)
@@ -64,7 +79,7 @@ def timed_pulumi(stack: Stack, *args: str, timeout: float, event_log: Path | Non
         event_log.unlink(missing_ok=True)
         argv += ["--event-log", str(event_log)]
         tail = EventTail(event_log).start()
-    env = stack.env()
+    env = bare_env(stack) if bare else stack.env()
     if event_log is not None:
         env["PULUMI_DEBUG_COMMANDS"] = "true"  # `--event-log` exists only with debug commands on
     env.update(extra_env or {})

@@ -20,12 +20,17 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    # Only the named command's module is imported (tools/pulumi runs `recover` before every up).
+    wanted = argv[0] if argv and argv[0] in COMMANDS else None
     parser = argparse.ArgumentParser(prog="python -m kontinuum")
     sub = parser.add_subparsers(dest="command", required=True)
     modules = {}
     for name, (module, help_text) in COMMANDS.items():
-        modules[name] = importlib.import_module(module)
-        modules[name].add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        if wanted in (None, name):
+            modules[name] = importlib.import_module(module)
+            modules[name].add_arguments(command)
     args = parser.parse_args(argv)
     return modules[args.command].run(args)
 

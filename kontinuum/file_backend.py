@@ -1,10 +1,14 @@
-"""What a killed engine leaves in a file (diy) backend, read and repaired without the engine.
+"""A file (diy) backend's state, read and repaired without the engine: what a killed engine
+left, and whether a stack needs anything done before the next run (no engine start for it).
 
 The backend stores each file with a sidecar `<file>.attrs` (JSON: content type, md5 of the
 file). The data file is replaced atomically (temp file + rename); the sidecar is not: an engine
 killed while checkpointing can leave it empty or describing the previous content, and every
 later command then fails with "failed to load checkpoint: EOF" (measured, tests/e2e kill chain).
 Locks live in `.pulumi/locks/<org>/<project>/<stack>/<id>.json` with the engine's pid and host.
+A stack's checkpoint is `.pulumi/stacks/<project>/<stack>.json` in the project layout
+(`.pulumi/meta.yaml` version 1): `{"version": 3, "checkpoint": {"latest": <deployment>}}`, whose
+`latest` is what `pulumi stack export` prints as its deployment (pulumi v3.274.1 backend/diy).
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import base64
 import hashlib
 import json
 from pathlib import Path
+
+import yaml
 
 ATTRIBUTES = {"user.cache_control": "", "user.content_disposition": "", "user.content_encoding": "",
               "user.content_language": "", "user.content_type": "text/plain; charset=utf-8",
@@ -68,3 +74,33 @@ def repair_attributes(backend_url: str, project: str, stack: str) -> list[Path]:
         attrs_path.write_text(json.dumps(attrs, separators=(",", ":")))
         fixed.append(attrs_path)
     return fixed
+
+
+class NotReadable(Exception):
+    """Only the engine can tell (another backend or layout, a compressed or older checkpoint)."""
+
+
+def checkpoint(backend_url: str, project: str, stack: str) -> dict | None:
+    """The stack's export (`{"version": 3, "deployment": ...}`) read from its checkpoint file, or
+    None when the stack does not exist; NotReadable where only the engine can tell."""
+    base = root(backend_url)
+    if base is None or "/" in stack:
+        raise NotReadable(backend_url)
+    try:
+        meta = yaml.safe_load((base / "meta.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        raise NotReadable("no readable .pulumi/meta.yaml") from None
+    if not isinstance(meta, dict) or meta.get("version") != 1:
+        raise NotReadable("not the project layout")
+    path = base / "stacks" / project / f"{stack}.json"
+    if any(path.with_name(path.name + ext).exists() for ext in (".gz", ".zst")):
+        raise NotReadable("a compressed checkpoint")  # the engine picks the newest variant
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        raise NotReadable(f"{path.name} does not parse") from None
+    if not isinstance(data, dict) or data.get("version") != 3 or not isinstance(data.get("checkpoint"), dict):
+        raise NotReadable(f"{path.name} is not a version 3 checkpoint")
+    return {"version": 3, "deployment": data["checkpoint"].get("latest")}

@@ -22,11 +22,14 @@ runs the engine. Anything else stops recovery with what to do.
 
 The state is edited with the engine's own `stack export` / `stack import` (no provider is
 called, nothing else in the state changes); secrets are read only to reach a Helm release's
-cluster and are never printed or written.
+cluster and are never printed or written. With a file backend, whether anything needs doing is
+read from the stack's lock directory and checkpoint file (kontinuum.file_backend): the engine is
+started only when something does, not before every run.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -83,6 +86,10 @@ def plan(deployment: dict) -> Plan:
     return out
 
 
+def pending(p: Plan) -> bool:
+    return bool(p.drop or p.helm or p.unknown)
+
+
 def without(deployment: dict, ops: list[dict]) -> dict:
     """The deployment with the given pending operations removed (by URN and operation type)."""
     gone = {(o["resource"]["urn"], o["type"]) for o in ops}
@@ -119,16 +126,56 @@ def export(stack: str | None, cwd: Path, *, show_secrets: bool = False) -> dict 
     return json.loads(r.stdout)
 
 
+def project_name(cwd: Path) -> str | None:
+    try:
+        name = yaml.safe_load((cwd / "Pulumi.yaml").read_text())["name"]
+    except (OSError, KeyError, TypeError, yaml.YAMLError):
+        return None  # not a project folder: the engine will say so
+    return name if isinstance(name, str) else None
+
+
 def selected_stack(cwd: Path) -> str | None:
+    """The stack the engine would pick: PULUMI_STACK, else the workspace's selection for this
+    backend (PULUMI_HOME/workspaces/<project>-<sha1 of Pulumi.yaml's path>-workspace.json, as
+    pulumi v3.274.1 writes it), else (no such entry) the engine's own answer."""
+    if "PULUMI_STACK" in os.environ:
+        return os.environ["PULUMI_STACK"] or None
+    name, backend = project_name(cwd), os.environ.get("PULUMI_BACKEND_URL", "")
+    if name and backend:
+        digest = hashlib.sha1(str((cwd / "Pulumi.yaml").resolve()).encode()).hexdigest()  # noqa: S324 - the engine's key
+        home = Path(os.environ.get("PULUMI_HOME") or Path.home() / ".pulumi")
+        try:
+            chosen = json.loads((home / "workspaces" / f"{name}-{digest}-workspace.json").read_text())["stacks"][backend]
+        except (OSError, ValueError, KeyError, TypeError):
+            chosen = None
+        if isinstance(chosen, str) and chosen:
+            return chosen
     r = engine("stack", "--show-name", cwd=cwd)
     return r.stdout.strip() or None if r.returncode == 0 else None
 
 
-def clear_stale_locks(stack: str, cwd: Path, log) -> None:
+def seen_export(stack: str, cwd: Path) -> dict | None:
+    """The stack's export read from a file backend without the engine (None: no such stack);
+    file_backend.NotReadable where only the engine can tell."""
+    project = project_name(cwd)
+    parts = stack.split("/")
+    if project is None or len(parts) not in (1, 3) or (len(parts) == 3 and parts[1] != project):
+        raise file_backend.NotReadable(stack)
+    return file_backend.checkpoint(os.environ.get("PULUMI_BACKEND_URL", ""), project, parts[-1])
+
+
+def current_export(stack: str, cwd: Path) -> dict | None:
+    """The stack's export: read from its checkpoint file where the backend allows, else the engine's."""
     try:
-        project = yaml.safe_load((cwd / "Pulumi.yaml").read_text())["name"]
-    except (OSError, KeyError, TypeError, yaml.YAMLError):
-        return  # not a project folder: the engine will say so
+        return seen_export(stack, cwd)
+    except file_backend.NotReadable:
+        return export(stack, cwd)
+
+
+def clear_stale_locks(stack: str, cwd: Path, log) -> None:
+    project = project_name(cwd)
+    if project is None:
+        return
     backend = os.environ.get("PULUMI_BACKEND_URL", "")
     locks = file_backend.lock_files(backend, project, stack.rsplit("/", 1)[-1])
     if not locks:
@@ -228,7 +275,10 @@ def recover(stack: str | None, cwd: Path, log=lambda m: print(m, file=sys.stderr
     if not stack:
         return None  # no stack selected: the engine says so itself
     clear_stale_locks(stack, cwd, log)
-    exported = export(stack, cwd)
+    exported = current_export(stack, cwd)
+    if exported is None or not pending(plan(exported.get("deployment") or {})):
+        return exported  # the common case: nothing to settle, and (file backend) no engine started
+    exported = export(stack, cwd)  # the engine's own export: what is settled below is imported back
     if exported is None:
         return None
     todo = plan(exported.get("deployment") or {})
@@ -237,7 +287,7 @@ def recover(stack: str | None, cwd: Path, log=lambda m: print(m, file=sys.stderr
         raise RecoverError(f"pending creates of types recovery does not know:\n  {urns}\ncheck each in its "
                            f"provider, then run `tools/pulumi refresh --stack {stack}` interactively")
     if not todo.drop and not todo.helm:
-        return exported
+        return exported  # the state changed since it was read: nothing left to do
     keep = settle_helm(todo.helm, stack, cwd, log) if todo.helm else []
     kept = {(o["resource"]["urn"], o["type"]) for o in keep}
     drop = [o for o in todo.drop if (o["resource"]["urn"], o["type"]) not in kept]

@@ -18,7 +18,10 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/versions.env"
 
 cache=${KONTINUUM_TOOLS_CACHE:-$HOME/.cache/kontinuum/tools}
-pins=$(grep -E '^[A-Z_]+=' "$here/versions.env" | sha256sum | cut -c1-12)
+# Our own compiled tool (tools/plugin-guard) is versioned by its source; the tool directory by
+# the pins and that version, so checkouts with different guards never share one directory.
+guard_version=$(cat "$here/plugin-guard/go.mod" "$here/plugin-guard/main.go" | sha256sum | cut -c1-12)
+pins=$({ grep -E '^[A-Z_]+=' "$here/versions.env"; echo "plugin-guard $guard_version"; } | sha256sum | cut -c1-12)
 bin=${KONTINUUM_TOOLS:-$cache/$pins}/bin
 if [ "${1:-}" = "--print-bin" ]; then echo "$bin"; exit 0; fi
 mkdir -p "$bin"
@@ -30,6 +33,9 @@ die() { printf '[tools] cannot provide %s: %s\n' "$1" "$2" >&2; exit 1; }
 if [ -z "$fake" ]; then
   command -v go >/dev/null || die "any tool" "Go is not installed (apt-get install golang or see README prerequisites)"
   export GOFLAGS=-mod=mod GOTOOLCHAIN=local
+  # The compiler and linker collect garbage a quarter as often: measured on a cold kwok build,
+  # 17 % less CPU (user+sys 397 → 328 s) for 6 % more peak memory (1.10 → 1.17 GB).
+  export GOGC=${GOGC:-400}
   export GOPATH=${GOPATH:-$(go env GOPATH)}
 fi
 # Where the user's own Pulumi keeps its plugins (never the project's PULUMI_HOME under .state).
@@ -48,7 +54,7 @@ version_of() {
         */$1/*) basename "$dir" ;;
         */resource-kubernetes-v*) basename "$dir" | sed 's/^resource-kubernetes-v//' ;;
       esac ;;
-    kontinuum-talos-validate) "$2" --version 2>/dev/null ;;
+    kontinuum-talos-validate|kontinuum-plugin-guard) "$2" --version 2>/dev/null ;;
     etcd) "$2" --version 2>/dev/null | sed -n 's/^etcd Version: /v/p' ;;
     etcdutl) "$2" version 2>/dev/null | sed -n 's/^etcdutl version: /v/p' ;;
     kube-*) "$2" --version 2>/dev/null | awk '{print $2}' ;;
@@ -128,6 +134,11 @@ provide() {
 }
 
 # Each builder gets a fresh output directory and must leave the binary in it.
+build_plugin_guard() { # ours, standard library only: seconds
+  (cd "$here/plugin-guard" &&
+    go build -trimpath -ldflags "-s -w -X main.version=$guard_version" -o "$1/kontinuum-plugin-guard" .)
+}
+
 build_pulumi() {
   (cd "$here/builders/pulumi" &&
     go build -trimpath -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION" \
@@ -263,13 +274,14 @@ build_flux_operator() ( # a subshell: its EXIT trap cleans up and cannot fire la
 
 # What each job needs (README, "Tools"): a region's pipeline runs only the product; the lab adds
 # the control plane, kwok, Pebble and cert-manager; the tests add the S3 server and the Flux Operator.
-product_tools="pulumi pulumi-language-python pulumi-resource-kubernetes kontinuum-talos-validate"
+product_tools="kontinuum-plugin-guard pulumi pulumi-language-python pulumi-resource-kubernetes kontinuum-talos-validate"
 lab_tools="$product_tools etcd etcdutl kube-apiserver kube-controller-manager kube-scheduler kwok pebble pebble-challtestsrv cert-manager-controller cert-manager-webhook"
 all_tools="$lab_tools weed flux-operator"
 
 # provide_tool NAME: provide one tool at its pin with its builder.
 provide_tool() {
   case $1 in
+    kontinuum-plugin-guard) provide "$1" "$guard_version" build_plugin_guard ;;
     pulumi) provide pulumi "$PULUMI_VERSION" build_pulumi ;;
     pulumi-language-python) provide "$1" "$PULUMI_LANGUAGE_PYTHON_VERSION" build_language_python ;;
     pulumi-resource-kubernetes) provide "$1" "$PULUMI_KUBERNETES_VERSION" build_kubernetes_provider ;;
@@ -305,7 +317,7 @@ want() { [[ $wanted == *" $1 "* ]]; }
 units=(
   "pulumi-resource-kubernetes" "kube-apiserver kube-controller-manager kube-scheduler" "pulumi" "weed"
   "cert-manager-controller cert-manager-webhook" "flux-operator" "kwok" "etcd etcdutl"
-  "kontinuum-talos-validate" "pulumi-language-python" "pebble pebble-challtestsrv"
+  "kontinuum-talos-validate" "pulumi-language-python" "pebble pebble-challtestsrv" "kontinuum-plugin-guard"
 )
 lanes=${KONTINUUM_TOOLS_JOBS:-2}
 failed=$(mktemp -d); trap 'rm -rf "$failed"' EXIT

@@ -18,11 +18,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kontinuum.recover import RecoverError, export
+    from kontinuum.recover import RecoverError, current_export, export, selected_stack
 
     cwd = (args.cwd or Path.cwd()).resolve()
     try:
-        exported = export(args.stack, cwd)
+        stack = args.stack or selected_stack(cwd)
+        exported = current_export(stack, cwd) if stack else export(None, cwd)  # none selected: the engine says so
     except RecoverError as e:
         print(f"migrate: {e}", file=sys.stderr)
         return 1

@@ -1,7 +1,11 @@
-"""The pinned engine, language host, dynamic-provider host and kubernetes plugin, end to end."""
+"""The pinned engine, language host, dynamic-provider host and kubernetes plugin, end to end,
+through tools/pulumi's launchers: the language host (whose `pip list` host-python answers) still
+finds the kubernetes plugin at the pinned version, and what `recover` reads from the file backend
+without the engine is what the engine exports."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -9,16 +13,31 @@ import pytest
 import yaml
 from kubernetes import client, config as kconfig
 
-from lab.pulumi_cli import Stack
+from kontinuum import file_backend, recover
+from lab.pulumi_cli import ROOT, Stack
 
 PROJECT = Path(__file__).parent / "projects" / "engine_smoke"
+PINS = dict(re.findall(r"^([A-Z_]+)=(\S+)$", (ROOT / "tools" / "versions.env").read_text(), re.M))
 
 
 def _core(kubeconfig: str) -> client.CoreV1Api:
     return client.CoreV1Api(kconfig.new_client_from_config_dict(yaml.safe_load(kubeconfig)))
 
 
-def test_preview_up_noop_destroy(apiserver, tmp_path):
+def check_reads_without_the_engine(stack: Stack, exported: dict, monkeypatch) -> None:
+    """The checkpoint file is the engine's export, and the workspace names the stack `stack init`
+    selected: `recover` needs no engine for either."""
+    backend = stack.env()["PULUMI_BACKEND_URL"]
+    assert file_backend.checkpoint(backend, "engine-smoke", stack.name) == exported
+    for k in ("PULUMI_BACKEND_URL", "PULUMI_HOME"):
+        monkeypatch.setenv(k, stack.env()[k])
+    monkeypatch.delenv("PULUMI_STACK", raising=False)
+    monkeypatch.setattr(recover, "engine", lambda *a, **kw: pytest.fail(f"the engine was started: {a}"))
+    assert recover.selected_stack(stack.project_dir.resolve()).rsplit("/", 1)[-1] == stack.name
+    assert recover.recover(None, stack.project_dir.resolve(), log=lambda m: None) == exported
+
+
+def test_preview_up_noop_destroy(apiserver, tmp_path, monkeypatch):
     project = tmp_path / "project"
     shutil.copytree(PROJECT, project)
     kubeconfig = apiserver.admin_kubeconfig()
@@ -34,6 +53,16 @@ def test_preview_up_noop_destroy(apiserver, tmp_path):
     cm = core.read_namespaced_config_map("engine-smoke", "default")
     assert cm.data == {"greeting": "hello smoke"}
     assert stack.outputs()["greeting"] == "hello smoke"
+
+    exported = stack.export()
+    # The kubernetes plugin ran at the pinned version: ambient plugins and downloads are off, so the
+    # engine could only load the entry tools/pulumi wrote for that version (our launcher).
+    providers = [r for r in exported["deployment"]["resources"] if r["type"] == "pulumi:providers:kubernetes"]
+    assert [r["inputs"].get("version") for r in providers] == [PINS["PULUMI_KUBERNETES_VERSION"]], providers
+    entry = (tmp_path / "state" / "pulumi-home" / "plugins" / f"resource-kubernetes-v{PINS['PULUMI_KUBERNETES_VERSION']}"
+             / "pulumi-resource-kubernetes")
+    assert "tools/plugins/pulumi-resource-kubernetes" in entry.read_text()
+    check_reads_without_the_engine(stack, exported, monkeypatch)
 
     again = stack.up("--expect-no-changes")
     assert again.returncode == 0

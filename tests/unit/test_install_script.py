@@ -5,6 +5,7 @@ directory, and a failed build."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
@@ -15,7 +16,10 @@ import pytest
 ROOT = Path(__file__).parents[2]
 INSTALL = ROOT / "tools" / "install.sh"
 PINS = dict(re.findall(r"^([A-Z_]+)=(\S+)$", (ROOT / "tools" / "versions.env").read_text(), re.M))
+GUARD = ROOT / "tools" / "plugin-guard"  # ours, versioned by its source
+GUARD_VERSION = hashlib.sha256((GUARD / "go.mod").read_bytes() + (GUARD / "main.go").read_bytes()).hexdigest()[:12]
 TOOLS = {
+    "kontinuum-plugin-guard": GUARD_VERSION,
     "pulumi": PINS["PULUMI_VERSION"],
     "pulumi-language-python": PINS["PULUMI_LANGUAGE_PYTHON_VERSION"],
     "pulumi-resource-kubernetes": PINS["PULUMI_KUBERNETES_VERSION"],
@@ -40,7 +44,7 @@ name=$1 version=$2 out=$3
 echo "$name" >>"$FAKE_LOG"
 if [[ " $FAKE_FAIL " == *" $name "* ]]; then echo "stand-in build of $name fails" >&2; exit 1; fi
 case $name in
-  pulumi|kontinuum-talos-validate|cert-manager-*) body="echo $version" ;;
+  pulumi|kontinuum-talos-validate|kontinuum-plugin-guard|cert-manager-*) body="echo $version" ;;
   pebble) body="echo 'Pebble version: $version'" ;;
   etcd) body="echo 'etcd Version: ${version#v}'" ;;
   etcdutl) body="printf 'etcdutl version: %s\\nAPI version: 3.6\\n' ${version#v}" ;;
@@ -199,7 +203,7 @@ def test_failed_build_is_named_and_leaves_no_half_built_cache_while_the_others_f
     assert sorted(machine.built()) == ["etcd", "etcdutl"]
 
 
-PRODUCT = ["kontinuum-talos-validate", "pulumi", "pulumi-language-python", "pulumi-resource-kubernetes"]
+PRODUCT = ["kontinuum-plugin-guard", "kontinuum-talos-validate", "pulumi", "pulumi-language-python", "pulumi-resource-kubernetes"]
 LAB = PRODUCT + ["cert-manager-controller", "cert-manager-webhook", "etcd", "etcdutl", "kube-apiserver",
                  "kube-controller-manager", "kube-scheduler", "kwok", "pebble", "pebble-challtestsrv"]
 
@@ -234,3 +238,25 @@ def test_pebble_on_path_is_used_when_pinned_and_its_unversioned_test_server_is_b
     assert sorted(machine.built()) == ["cert-manager-controller", "pebble-challtestsrv"]
     assert (machine.bin() / "pebble").resolve() == good
     assert f"cert-manager-controller {PINS['CERT_MANAGER_VERSION']}: not using" in out.stderr and "(it reports 'v1.18.0')" in out.stderr
+
+
+def test_the_tool_directory_follows_the_guards_source(machine, tmp_path):
+    """Checkouts whose guard differs never share a tool directory (nor a guard)."""
+    copy = tmp_path / "checkout" / "tools"
+    copy.mkdir(parents=True)
+    for f in ("install.sh", "versions.env"):
+        (copy / f).write_bytes((ROOT / "tools" / f).read_bytes())
+    (copy / "install.sh").chmod(0o755)
+    (copy / "plugin-guard").mkdir()
+    (copy / "plugin-guard" / "go.mod").write_bytes((GUARD / "go.mod").read_bytes())
+    (copy / "plugin-guard" / "main.go").write_bytes((GUARD / "main.go").read_bytes())
+    env = {"HOME": str(machine.root / "home"), "PATH": "/usr/bin:/bin", "KONTINUUM_TOOLS_CACHE": str(machine.cache)}
+
+    def bin_of(install: Path) -> str:
+        return subprocess.run(["bash", str(install), "--print-bin"], env=env, capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    assert bin_of(copy / "install.sh") == bin_of(INSTALL)
+    with open(copy / "plugin-guard" / "main.go", "a") as f:
+        f.write("// changed\n")
+    assert bin_of(copy / "install.sh") != bin_of(INSTALL)

@@ -3,11 +3,14 @@ operations are dropped, which Helm records are cleared, which locks are stale.""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
 import subprocess
 import sys
+
+import pytest
 
 from kontinuum import file_backend, recover
 from kontinuum.kube.helm_records import Record, records_to_clear
@@ -114,3 +117,143 @@ def test_checkpoint_sidecars_left_half_written_are_rewritten(tmp_path):
     assert json.loads((stacks / "lab.json.bak.attrs").read_text()) == good
     assert file_backend.repair_attributes(f"file://{tmp_path}", "kontinuum", "lab") == []
     assert file_backend.repair_attributes("s3://bucket", "kontinuum", "lab") == []
+
+
+# -- deciding without the engine (file backend) ----------------------------------------------------
+
+
+class Engine:
+    """A stand-in for `tools/pulumi` that records each command and answers `stack export`."""
+
+    def __init__(self, exported: dict | None = None):
+        self.calls: list[list[str]] = []
+        self.exported = exported
+        self.imported = None
+
+    def __call__(self, *args: str, cwd, input_file=None) -> subprocess.CompletedProcess:
+        self.calls.append(list(args))
+        if args[:2] == ("stack", "export"):
+            return subprocess.CompletedProcess(args, 0, json.dumps(self.exported), "")
+        if args[:2] == ("stack", "import"):
+            self.imported = json.loads(open(args[args.index("--file") + 1]).read())
+        if args[:2] == ("stack", "--show-name"):
+            return subprocess.CompletedProcess(args, 0, "from-engine\n", "")
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+    def commands(self) -> list[str]:
+        return [" ".join(c[:2]) for c in self.calls]
+
+
+def backend(tmp_path, monkeypatch, deployment: dict | None, *, stack="lab", meta="version: 1\n"):
+    """A file backend holding `stack` of project kontinuum (no checkpoint when deployment is None),
+    and a project folder; returns the project folder."""
+    root = tmp_path / "state" / ".pulumi"
+    (root / "stacks" / "kontinuum").mkdir(parents=True)
+    if meta is not None:
+        (root / "meta.yaml").write_text(meta)
+    if deployment is not None:
+        checkpoint = {"version": 3, "checkpoint": {"stack": f"organization/kontinuum/{stack}", "latest": deployment}}
+        (root / "stacks" / "kontinuum" / f"{stack}.json").write_text(json.dumps(checkpoint))
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "Pulumi.yaml").write_text("name: kontinuum\nruntime: python\n")
+    monkeypatch.setenv("PULUMI_BACKEND_URL", f"file://{tmp_path / 'state'}")
+    monkeypatch.setenv("PULUMI_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("PULUMI_STACK", raising=False)
+    return project
+
+
+CLEAN = {"manifest": {"time": "2026-12-02T00:00:00Z"}, "resources": [{"urn": f"{STACK}pulumi:pulumi:Stack::k-lab"}]}
+
+
+def test_the_checkpoint_reads_as_the_engines_export(tmp_path, monkeypatch):
+    backend(tmp_path, monkeypatch, CLEAN)
+    url = f"file://{tmp_path / 'state'}"
+    assert file_backend.checkpoint(url, "kontinuum", "lab") == {"version": 3, "deployment": CLEAN}
+    assert file_backend.checkpoint(url, "kontinuum", "other") is None  # no such stack
+    stacks = tmp_path / "state" / ".pulumi" / "stacks" / "kontinuum"
+    (stacks / "lab.json.gz").write_bytes(b"")  # the engine would pick the newer of the two
+    with pytest.raises(file_backend.NotReadable):
+        file_backend.checkpoint(url, "kontinuum", "lab")
+    with pytest.raises(file_backend.NotReadable):
+        file_backend.checkpoint("s3://bucket", "kontinuum", "lab")
+
+
+@pytest.mark.parametrize("meta", [None, "version: 0\n"])
+def test_only_the_project_layout_is_read_without_the_engine(tmp_path, monkeypatch, meta):
+    backend(tmp_path, monkeypatch, CLEAN, meta=meta)
+    with pytest.raises(file_backend.NotReadable):
+        file_backend.checkpoint(f"file://{tmp_path / 'state'}", "kontinuum", "lab")
+
+
+@pytest.mark.parametrize("stack", ["lab", "organization/kontinuum/lab"])
+def test_nothing_to_settle_starts_no_engine(tmp_path, monkeypatch, stack):
+    project = backend(tmp_path, monkeypatch, CLEAN)
+    engine = Engine()
+    monkeypatch.setattr(recover, "engine", engine)
+    assert recover.recover(stack, project, log=lambda m: None) == {"version": 3, "deployment": CLEAN}
+    assert engine.calls == []
+
+
+def test_a_stack_without_state_starts_no_engine(tmp_path, monkeypatch):
+    project = backend(tmp_path, monkeypatch, None)
+    engine = Engine()
+    monkeypatch.setattr(recover, "engine", engine)
+    assert recover.recover("lab", project, log=lambda m: None) is None
+    assert engine.calls == []
+
+
+def test_a_pending_create_is_settled_on_the_engines_own_export(tmp_path, monkeypatch):
+    pending = op("creating", "pulumi-python:dynamic:Resource", "lab-a-join")
+    deployment = {**CLEAN, "pending_operations": [pending]}
+    project = backend(tmp_path, monkeypatch, deployment)
+    engine = Engine({"version": 3, "deployment": deployment})
+    monkeypatch.setattr(recover, "engine", engine)
+    recover.recover("lab", project, log=lambda m: None)
+    assert engine.commands() == ["stack export", "stack import"]
+    assert engine.imported["deployment"]["pending_operations"] == []
+
+
+def test_another_backend_asks_the_engine(tmp_path, monkeypatch):
+    project = backend(tmp_path, monkeypatch, CLEAN)
+    monkeypatch.setenv("PULUMI_BACKEND_URL", "s3://bucket/state")
+    engine = Engine({"version": 3, "deployment": CLEAN})
+    monkeypatch.setattr(recover, "engine", engine)
+    assert recover.recover("lab", project, log=lambda m: None)["deployment"] == CLEAN
+    assert engine.commands() == ["stack export"]
+
+
+def workspace(tmp_path, project, settings: dict) -> None:
+    digest = hashlib.sha1(str((project / "Pulumi.yaml").resolve()).encode()).hexdigest()
+    path = tmp_path / "home" / "workspaces" / f"kontinuum-{digest}-workspace.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(settings))
+
+
+def test_the_selected_stack_is_read_from_the_workspace_for_this_backend(tmp_path, monkeypatch):
+    project = backend(tmp_path, monkeypatch, CLEAN)
+    engine = Engine()
+    monkeypatch.setattr(recover, "engine", engine)
+    workspace(tmp_path, project, {"stacks": {f"file://{tmp_path / 'state'}": "lab", "s3://elsewhere": "eu"}})
+    assert recover.recover(None, project, log=lambda m: None) == {"version": 3, "deployment": CLEAN}
+    assert engine.calls == []
+    monkeypatch.setenv("PULUMI_STACK", "eu")  # the engine's override
+    assert recover.selected_stack(project) == "eu"
+
+
+def test_without_a_selection_for_this_backend_the_engine_says_which_stack(tmp_path, monkeypatch):
+    project = backend(tmp_path, monkeypatch, CLEAN)
+    engine = Engine()
+    monkeypatch.setattr(recover, "engine", engine)
+    workspace(tmp_path, project, {"stack": "legacy", "stacks": {"s3://elsewhere": "eu"}})
+    assert recover.selected_stack(project) == "from-engine"
+    assert engine.commands() == ["stack --show-name"]
+
+
+def test_the_recover_command_imports_no_other_command():
+    """tools/pulumi starts `python -m kontinuum recover` before every up: it loads only its own code."""
+    script = ("import sys\nfrom kontinuum.__main__ import main\ntry:\n    main(['recover', '--help'])\n"
+              "except SystemExit:\n    pass\nprint(sorted(m for m in sys.modules if m.startswith('kontinuum.cli.')))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert out.stdout.strip().splitlines()[-1] == "['kontinuum.cli.recover']", out.stderr

@@ -40,3 +40,42 @@ def test_a_moved_stack_has_nothing_to_move():
     deployment = {"resources": [_instance("lab-x-11111111", "127.0.10.11"),
                                 _slot("lab-x-11111111", "127.0.10.11", instance="lab-x-11111111")]}
     assert member_renames(deployment) == ([], [])
+
+
+def test_recover_moves_an_old_stack_with_the_engine_only_for_the_move(tmp_path, monkeypatch):
+    """tools/pulumi's `recover` reads the stack from a file backend's checkpoint; the engine runs
+    only for the rename (and not at all once the stack is moved)."""
+    import argparse
+    import json
+
+    from kontinuum import recover
+    from kontinuum.cli import recover as recover_cli
+
+    old = {"resources": [_instance("lab-x-11111111", "127.0.10.11"), _slot("lab-x-controlplane-0", "127.0.10.11")]}
+    state = tmp_path / "state" / ".pulumi"
+    (state / "stacks" / "kontinuum").mkdir(parents=True)
+    (state / "meta.yaml").write_text("version: 1\n")
+    checkpoint = state / "stacks" / "kontinuum" / "lab.json"
+    checkpoint.write_text(json.dumps({"version": 3, "checkpoint": {"latest": old}}))
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "Pulumi.yaml").write_text("name: kontinuum\nruntime: python\n")
+    monkeypatch.setenv("PULUMI_BACKEND_URL", f"file://{tmp_path / 'state'}")
+    calls = []
+
+    def engine(*args, cwd, input_file=None):
+        calls.append(args)
+        return __import__("subprocess").CompletedProcess(args, 0, "", "")
+
+    monkeypatch.setattr(recover, "engine", engine)
+    args = argparse.Namespace(stack="lab", cwd=project)
+    assert recover_cli.run(args) == 0
+    assert calls == [("state", "rename", "--yes", "--stack", "lab",
+                      old["resources"][1]["urn"], "lab-x-11111111")]
+
+    calls.clear()
+    moved = {"resources": [_instance("lab-x-11111111", "127.0.10.11"),
+                           _slot("lab-x-11111111", "127.0.10.11", instance="lab-x-11111111")]}
+    checkpoint.write_text(json.dumps({"version": 3, "checkpoint": {"latest": moved}}))
+    assert recover_cli.run(args) == 0
+    assert calls == []
