@@ -20,9 +20,15 @@ from pathlib import Path
 
 import yaml
 
+# How the engine marks a secret value in a checkpoint: {SECRET_SIG: SECRET_VALUE, "ciphertext": …}.
+SECRET_SIG, SECRET_VALUE = "4dabf18193072939515e22adb298388d", "1b47061264138c4ac30d75fd1eb44270"
 ATTRIBUTES = {"user.cache_control": "", "user.content_disposition": "", "user.content_encoding": "",
               "user.content_language": "", "user.content_type": "text/plain; charset=utf-8",
               "user.metadata": None}
+
+
+def is_secret(value) -> bool:
+    return isinstance(value, dict) and value.get(SECRET_SIG) == SECRET_VALUE
 
 
 def root(backend_url: str) -> Path | None:

@@ -15,10 +15,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-
-import yaml
 from dataclasses import dataclass
 from pathlib import Path
+
+import yaml
+
+from kontinuum import file_backend
 
 ROOT = Path(__file__).resolve().parent.parent
 WRAPPER = ROOT / "tools" / "pulumi"
@@ -123,11 +125,38 @@ class Stack:
         return self.run("destroy", "--yes", "--skip-preview", *extra, timeout=timeout)
 
     def outputs(self, *, show_secrets: bool = False) -> dict:
+        """`pulumi stack output --json`: read from the checkpoint file (secrets as "[secret]"), or
+        through the CLI where secrets are to be shown or the state is not a readable file backend."""
+        state = None if show_secrets else self._checkpoint()
+        if state is not None:
+            stacks = [r for r in state["deployment"].get("resources") or [] if r["type"] == "pulumi:pulumi:Stack"]
+            return _masked(stacks[0].get("outputs") or {}) if stacks else {}
         args = ["stack", "output", "--stack", self.name, "--json"] + (["--show-secrets"] if show_secrets else [])
         return json.loads(self.run(*args).stdout or "{}")
 
     def export(self) -> dict:
-        return json.loads(self.run("stack", "export", "--stack", self.name).stdout)
+        """`pulumi stack export`: the checkpoint file, or the CLI where that is not readable."""
+        return self._checkpoint() or json.loads(self.run("stack", "export", "--stack", self.name).stdout)
+
+    def _checkpoint(self) -> dict | None:
+        """The stack's export read without the engine (kontinuum/file_backend.py), or None."""
+        env = self.env()
+        project = yaml.safe_load((self.project_dir / "Pulumi.yaml").read_text())["name"]
+        try:
+            return file_backend.checkpoint(env["PULUMI_BACKEND_URL"], project, self.name)
+        except file_backend.NotReadable:
+            return None
+
+
+def _masked(value):
+    """Secret values (the engine's signature object) shown as the CLI shows them without --show-secrets."""
+    if isinstance(value, dict):
+        if file_backend.is_secret(value):
+            return "[secret]"
+        return {k: _masked(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked(v) for v in value]
+    return value
 
 
 def kill_strays(project_dir: Path, state_dir: Path | None = None) -> list[int]:

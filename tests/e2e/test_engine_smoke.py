@@ -5,6 +5,7 @@ without the engine is what the engine exports."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -52,9 +53,11 @@ def test_preview_up_noop_destroy(apiserver, tmp_path, monkeypatch):
     stack.up()
     cm = core.read_namespaced_config_map("engine-smoke", "default")
     assert cm.data == {"greeting": "hello smoke"}
-    assert stack.outputs()["greeting"] == "hello smoke"
-
-    exported = stack.export()
+    # What tests read without starting the CLI is what the CLI prints.
+    cli = json.loads(stack.run("stack", "output", "--stack", stack.name, "--json").stdout)
+    assert stack.outputs() == cli and cli["greeting"] == "hello smoke" and cli["token"] == "[secret]", cli
+    exported = json.loads(stack.run("stack", "export", "--stack", stack.name).stdout)
+    assert stack.export() == exported
     # The kubernetes plugin ran at the pinned version: ambient plugins and downloads are off, so the
     # engine could only load the entry tools/pulumi wrote for that version (our launcher).
     providers = [r for r in exported["deployment"]["resources"] if r["type"] == "pulumi:providers:kubernetes"]

@@ -29,3 +29,5 @@ cm = k8s.core.v1.ConfigMap(
 )
 pulumi.export("greeting", greeting.text)
 pulumi.export("configmap", cm.metadata["name"])
+pulumi.export("nested", {"plain": "shown", "hidden": pulumi.Output.secret("not shown")})
+pulumi.export("token", pulumi.Output.secret("s3cr3t"))
