@@ -1,6 +1,7 @@
 """The lab, stacks and node observations the TalosCluster e2e modules share: one lab (nodes
-127.0.33.11+, hub 127.0.0.33) for the session, and one HA zone (3 control planes, 2 workers)
-that test_talos_cluster_engine brings up and test_zone_edits_engine then edits."""
+127.0.33.11+, hub 127.0.0.33) for the package tests/e2e/ha_zone/, and one HA zone (3 control
+planes, 2 workers) that its test_talos_cluster_engine brings up and test_zone_edits_engine then
+edits. Other modules use the helpers below with labs of their own."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ HA_APPLY_BOUND = 20  # seconds: the first up's hung worker fails within it
 # --- the lab and its nodes --------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def cluster_lab(tools_bin, tmp_path_factory):
     with running_lab(tmp_path_factory.mktemp("lab"), nodes=NODES, first_address=FIRST_ADDRESS,
                      hub_address=HUB_ADDRESS) as state:
@@ -175,7 +176,7 @@ def wait_for_event(proc: subprocess.Popen, log: Path, kind: str, urn_suffix: str
         time.sleep(0.2)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def ha(cluster_lab, tmp_path_factory):
     """The HA zone's stack (brought up by test_talos_cluster_engine, edited by the edit matrix)."""
     tmp = tmp_path_factory.mktemp("ha")

@@ -6,9 +6,9 @@ Bootstrap), a no-op second up, a pool edit; test_zone_edits_engine then edits it
 killed after a machine was configured (its lock left behind, the re-run converging) is proven by
 the kill chains (test_kills_create_engine.py), which kill every kind of step.
 
-One lab for the session (tests/e2e/cluster_lab.py: lab.supervisor through `python -m lab up`,
-its own state folder, nodes 127.0.33.11+, hub 127.0.0.33), shared with the edit matrix. Every test runs the main program (repo root) with its own stack,
-whose config file lives in tmp (Stack.config_file), never in the repo's stacks/. Assertions
+One lab for this package (tests/e2e/cluster_lab.py: lab.supervisor through `python -m lab up`,
+its own state folder, nodes 127.0.33.11+, hub 127.0.0.33), shared with the edit matrix. The
+program is the repo's own, its stack config in tmp (Stack.config_file), never in stacks/. Assertions
 are on what an operator sees: stack outputs, the engine's event log, the nodes' call counters.
 """
 
