@@ -13,7 +13,7 @@ from kubernetes import client
 
 from kontinuum.errors import KontinuumError
 from kontinuum.kube.clients import api_client, describe_error
-from kontinuum.kube.flux_manifests import GROUP, INSTANCE_NAME, KIND, PLURAL, VERSION
+from kontinuum.kube.flux_manifests import GROUP, INSTANCE_NAME, PLURAL, VERSION
 
 FINALIZER = "fluxcd.controlplane.io/finalizer"
 FIELD_MANAGER = "kontinuum"

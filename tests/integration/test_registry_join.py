@@ -19,7 +19,7 @@ from kontinuum import zone_identity
 from kontinuum.hub import crds as hub
 from kontinuum.hub import registry
 from kontinuum.hub.registry import RegistryNotJoined, find_joined, parse_heartbeat, wait_joined
-from kontinuum.stackconfig.model import Auth, Hub
+from kontinuum.stackconfig import model
 from kontinuum_components import downstream
 from lab.controlplane import free_port
 from lab.hub import Hub
@@ -261,8 +261,8 @@ def test_stand_in_refuses_a_wrong_key_then_joins_with_the_footprint_identity(hub
     """One apiserver plays hub and zone (namespaces coincide). The footprint's own builders
     produce the env ConfigMap, the zone identity Secret and the hub certificate Secret."""
     region, zone = "lab", "z1"
-    hub_cfg = Hub("lab.test", "hub.lab.test:443", "ops@lab.test", "https://acme.invalid/dir",
-                         Auth("anonymous"))
+    hub_cfg = model.Hub("lab.test", "hub.lab.test:443", "ops@lab.test", "https://acme.invalid/dir",
+                        model.Auth("anonymous"))
     ident, wrong = zone_identity.issue(region, zone), zone_identity.issue(region, zone)
     secret_data, cm_data = downstream.env_config(region, zone, hub_cfg)
     _apply_zone_side(api, [
