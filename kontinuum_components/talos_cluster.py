@@ -28,6 +28,7 @@ from providers.instance import Instance
 from providers.instance_pool import InstancePool
 from providers.kubeconfig import Kubeconfig
 from providers.kubernetes_version import KubernetesVersion
+from providers.lost_machines import LostMachines
 from providers.talos_secrets import TalosSecrets
 from providers.talos_upgrade import TalosUpgrade
 
@@ -69,7 +70,6 @@ class TalosCluster(pulumi.ComponentResource):
             )
 
         cp_members = members[zone.control_plane.name]
-        cp_pool = pool(zone.control_plane, [])
         cp_addresses = pulumi.Output.all(*[address(m) for m in cp_members])
         secrets = TalosSecrets(f"{name}-secrets", cluster_name=name, endpoints=cp_addresses,
                                renew_before_days=zone.renew_before_days, rotate=zone.rotate, opts=child)
@@ -88,6 +88,16 @@ class TalosCluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[instances[m] for m, _ in ordered]))
         secrets_yaml = rotation.secretsYaml
         talosconfig = rotation.talosconfig
+        # Machines declared lost leave first (Talos: remove a failed member, then add its
+        # replacement): no claim, join or teardown below runs before their members are removed.
+        lost = LostMachines(
+            f"{name}-lost-machines", zone=name, control_planes=cp_addresses, talosconfig=talosconfig,
+            hub_kubeconfig=hub_kubeconfig, talos_port=zone.talos_port, timeout=float(t["teardown"]),
+            lost=[{"name": iname[m], "address": address(m), "role": "controlplane" if m.pool == zone.control_plane.name
+                   else "worker", "path": f"{zone.path}.talosAddresses[{i}]"}
+                  for i, m in enumerate(zone.machines) if m.lost],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[instances[m] for m in zone.machines if m.lost]))
+        cp_pool = pool(zone.control_plane, [lost])
 
         def config_for(pool_name: str) -> tuple[pulumi.Output[str], pulumi.Output[dict]]:
             """The pool's machine config (secret) and its redacted view (not secret: every secret
@@ -225,9 +235,10 @@ class TalosCluster(pulumi.ComponentResource):
 
 
 def pool_members(zone: Zone, pool: Pool) -> list[Machine]:
-    """The first `replicas` machines listed for the pool (in talosAddresses order); the rest
-    are spares. Adding machines at the end never displaces a member."""
-    return [m for m in zone.machines if m.pool == pool.name][: pool.replicas]
+    """The first `replicas` machines listed for the pool (in talosAddresses order) that are not
+    marked lost; the rest are spares. Adding machines at the end never displaces a member, and
+    marking one lost makes the first spare its replacement."""
+    return [m for m in zone.machines if m.pool == pool.name and not m.lost][: pool.replicas]
 
 
 def on_zone_cluster(parent: pulumi.Resource, provider: k8s.Provider, zone: Zone,

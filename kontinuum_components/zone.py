@@ -13,7 +13,7 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
-from kontinuum.hub.crds import LABEL_REGION, LABEL_ZONE
+from kontinuum.hub.crds import LABEL_LOST, LABEL_REGION, LABEL_ZONE
 from kontinuum.naming import instance_name
 from kontinuum.stackconfig import model, specs
 from kontinuum_components.downstream import DownstreamFootprint
@@ -57,7 +57,10 @@ class Zone(pulumi.ComponentResource):
                 instance_name(region, zone.zone, m.addresses[0]),
                 name=instance_name(region, zone.zone, m.addresses[0]),
                 interfaces=list(m.addresses),
-                labels={LABEL_REGION: region, LABEL_ZONE: zone.zone, LABEL_POOL: m.pool},
+                # A lost machine's Instance says so (its teardown then never calls it); the mark goes
+                # when the machine is no longer declared lost.
+                labels={LABEL_REGION: region, LABEL_ZONE: zone.zone, LABEL_POOL: m.pool,
+                        **({LABEL_LOST: "true"} if m.lost else {})},
                 hub_kubeconfig=hub_kubeconfig,
                 unregister_on_delete=zone.unregister_instances_on_delete,
                 talos_port=zone.talos_port,

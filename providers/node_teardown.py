@@ -64,7 +64,7 @@ def _teardown_step(props: dict, what: str, call: Callable[[float], object], star
         started=started,
         remedy=(
             "The node did not take the call. Power it on or fix the network and run again; if the machine is "
-            "gone for good (or now belongs elsewhere), set skipUnreachable: true so teardown skips it."
+            "gone for good, mark it `lost: true` in the zone's talosAddresses (README: Lost machines)."
         ),
     )
 
@@ -135,6 +135,9 @@ def teardown(props: dict) -> None:
     if props.get("resetOnDelete") is False:
         info(f"{address}: resetOnDelete is false; the node keeps its config")
         return
+    if _declared_lost(props):
+        info(f"{address}: declared lost; its etcd member and Node were removed before, so it is not called")
+        return
     started = time.monotonic()
     client = node_client(props)
     leave = props.get("leaveEtcdOnDelete")
@@ -182,6 +185,16 @@ def teardown(props: dict) -> None:
     _record(props, found)
     if drained is not None:
         _remove_node(*drained, address)
+
+
+def _declared_lost(props: dict) -> bool:
+    """The machine's Instance carries the lost mark (set from the stack config, LostMachines
+    took it out): a teardown must not wait on a dead machine."""
+    from kontinuum.hub.crds import LABEL_LOST
+
+    inv = machine_inventory(props)
+    obj = inv.get(props["instance"]) if inv is not None else None
+    return bool(obj) and (obj.get("metadata", {}).get("labels") or {}).get(LABEL_LOST) == "true"
 
 
 def _record(props: dict, found) -> None:

@@ -5,11 +5,15 @@
    and etcd CA), whole and authentic, and holds an intact etcd snapshot (size % 512 == 32,
    sha256 trailer, bbolt magic) - all without writing the plaintext anywhere;
 2. survey: every control plane answers and says what its etcd is doing; a healthy etcd is
-   refused unless forced;
+   refused unless forced. Control planes declared lost (stack config `lost: true`) are left
+   out, and a machine that answers only in maintenance mode (a replacement not configured yet)
+   joins at the next `pulumi up`, after the restore;
 3. wipe the etcd data (EPHEMERAL) of every control plane that still holds some, back to back
    so none rejoins the old etcd, and wait until each one's etcd is Preparing;
 4. EtcdRecover the snapshot to the first control plane, Bootstrap(recover_etcd) it; the others
-   join by themselves; wait for Talos's health check.
+   join by themselves; wait for Talos's health check (with lost or new machines: for etcd to be
+   healthy on the control planes restored; `pulumi up` then takes out the lost machines, joins
+   the new ones and runs the health check).
 
 Each step reads the truth first, so a run killed anywhere is resumed by running it again: a
 node already wiped is not wiped twice, and a finished restore shows up as a healthy etcd.
@@ -25,7 +29,7 @@ from kontinuum.backup import sealed
 from kontinuum.backup.snapshot import SnapshotCheck, SnapshotInvalid
 from kontinuum.backup.zone import BackupError, ZoneAccess
 from kontinuum.talos import etcd_stream
-from kontinuum.talos.errors import AlreadyBootstrappedError, TalosError
+from kontinuum.talos.errors import AlreadyBootstrappedError, TalosError, TlsTrustError
 from kontinuum.talos.waits import NotYet, WaitTimeout, wait_until
 
 PREPARING = "Preparing"
@@ -75,13 +79,29 @@ def verify(path: Path, access: ZoneAccess) -> Verified:
     return Verified(path, header, size, digest)
 
 
-def etcd_states(access: ZoneAccess) -> dict[str, str]:
-    """Each control plane's etcd service: 'Running (healthy)', 'Running (unhealthy)', 'Preparing'…
-    Every control plane must answer: one that does not could keep the old etcd alive."""
-    states, problems = {}, []
+@dataclass(frozen=True)
+class Survey:
+    states: dict[str, str]  # control plane -> its etcd service: 'Running (healthy)', 'Preparing'…
+    lost: tuple[str, ...] = ()  # declared lost: left out
+    new: tuple[str, ...] = ()  # answering in maintenance mode: joins at the next `pulumi up`
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.lost or self.new)
+
+
+def etcd_states(access: ZoneAccess, lost: frozenset[str] = frozenset()) -> Survey:
+    """Each control plane's etcd service, those declared lost left out. Every other one must
+    answer (one that does not could keep the old etcd alive), as a member or as a new machine."""
+    states, problems, new = {}, [], []
     for node in access.control_planes:
+        if node in lost:
+            continue
         try:
             services = access.client(node).service_list(timeout=CALL_TIMEOUT)
+        except TlsTrustError:
+            new.append(node)  # not this cluster's member (maintenance mode): configured by `pulumi up`
+            continue
         except TalosError as exc:
             problems.append(f"{node}: {exc}")
             continue
@@ -91,19 +111,25 @@ def etcd_states(access: ZoneAccess) -> dict[str, str]:
     if problems:
         none = "no control plane answers" if not states else "not every control plane answers"
         raise BackupError(f"zone {access.cluster}: {none}, so its etcd cannot be restored safely; nothing was "
-                          "wiped:\n  " + "\n  ".join(problems) + "\nBring those machines back (or replace them "
-                          "with the same config) and run the restore again.")
-    return states
+                          "wiped:\n  " + "\n  ".join(problems) + "\nBring those machines back, or if they are gone "
+                          "for good mark them `lost: true` in the stack config (README: Lost machines), and run the "
+                          "restore again.")
+    if not states:
+        raise BackupError(f"zone {access.cluster}: no control plane that is not marked lost holds this cluster's "
+                          f"config ({', '.join(new) or 'none'} answer in maintenance mode only); restore onto at least "
+                          "one configured control plane. Nothing was wiped.")
+    return Survey(states, tuple(sorted(n for n in access.control_planes if n in lost)), tuple(new))
 
 
 def healthy(states: dict[str, str]) -> list[str]:
     return [n for n, s in states.items() if s == "Running (healthy)"]
 
 
-def plan_text(access: ZoneAccess, v: Verified, states: dict[str, str]) -> str:
+def plan_text(access: ZoneAccess, v: Verified, survey: Survey) -> str:
+    states = survey.states
     wipe = [n for n, s in states.items() if s != PREPARING]
     done = [n for n, s in states.items() if s == PREPARING]
-    first = access.control_planes[0]
+    first = next(iter(states))
     lines = [
         f"restore of zone {access.cluster} from {v.path}",
         f"  snapshot taken {v.header.created} from {v.header.node}, {v.size} bytes, etcd sha256 {v.sha256[:16]}…",
@@ -112,8 +138,13 @@ def plan_text(access: ZoneAccess, v: Verified, states: dict[str, str]) -> str:
         + (", ".join(wipe) or "none") + (f" (already wiped: {', '.join(done)})" if done else ""),
         "  2. wait until every control plane's etcd is Preparing",
         f"  3. upload the snapshot to {first} (EtcdRecover) and bootstrap it with recover_etcd",
-        "  4. wait for the other control planes to rejoin and Talos's health check to pass",
+        "  4. wait for the other control planes to rejoin and Talos's health check to pass" if not survey.partial
+        else "  4. wait for etcd to be healthy on " + ", ".join(states),
     ]
+    if survey.lost:
+        lines.append("  left out, declared lost: " + ", ".join(survey.lost))
+    if survey.new:
+        lines.append("  new, joining at the next `pulumi up`: " + ", ".join(survey.new))
     return "\n".join(lines)
 
 
@@ -129,27 +160,29 @@ def _plaintext(path: Path, key: str) -> Iterator[bytes]:
 
 
 def restore(access: ZoneAccess, path: Path, *, force: bool = False, bounds: Bounds = Bounds(),
-            log: Callable[[str], None] = print, dry_run: bool = False) -> Verified:
+            log: Callable[[str], None] = print, dry_run: bool = False, lost: frozenset[str] = frozenset()) -> Verified:
+    """lost: control-plane addresses the stack config declares lost (left out)."""
     v = verify(path, access)
-    states = etcd_states(access)
+    survey = etcd_states(access, lost)
+    states = survey.states
     alive = healthy(states)
     if dry_run:
-        log(plan_text(access, v, states) + ("\n  (etcd is healthy: the restore needs --force)" if alive and not force
+        log(plan_text(access, v, survey) + ("\n  (etcd is healthy: the restore needs --force)" if alive and not force
                                             else ""))
         return v
     if alive and not force:
         raise BackupError(f"zone {access.cluster}: etcd is healthy on {', '.join(alive)}; a restore would throw away "
                           "everything written since the snapshot, so it is refused. Pass --force to restore anyway "
                           "(an interrupted restore that got as far as its bootstrap has already finished).")
-    log(plan_text(access, v, states))
+    log(plan_text(access, v, survey))
     wipe = [n for n, s in states.items() if s != PREPARING]
     for node in wipe:  # back to back: none may come back and rejoin the etcd being wiped
         log(f"restore {access.cluster}: wiping the etcd data of {node}")
         access.client(node).reset(graceful=False, reboot=True, system_partitions=["EPHEMERAL"],
                                   timeout=CALL_TIMEOUT)
-    for node in access.control_planes:
+    for node in states:
         _wait_preparing(access, node, bounds.wipe)
-    first = access.control_planes[0]
+    first = next(iter(states))
     key = access.require_key()
     log(f"restore {access.cluster}: uploading the snapshot to {first}")
     try:
@@ -164,10 +197,25 @@ def restore(access: ZoneAccess, path: Path, *, force: bool = False, bounds: Boun
         raise BackupError(f"zone {access.cluster}: {first} refuses the recovery bootstrap ({exc.problem}); its etcd "
                           "holds data again: check `etcd` on it, then run the restore again (with --force if its "
                           "etcd is healthy)") from None
+    if survey.partial:
+        _wait_etcd(access, list(states), bounds.health)
+        log(f"restore {access.cluster}: done; etcd is back at the snapshot of {v.header.created} on "
+            f"{', '.join(states)}. Now run `pulumi up`: it takes out the lost machines' Nodes, joins "
+            f"{', '.join(survey.new) or 'the replacements'} and runs the health check")
+        return v
     log(f"restore {access.cluster}: waiting for the other control planes and the health check")
-    access.client(first).health_check(access.control_planes, access.workers, wait_timeout=bounds.health)
+    access.client(first).health_check(list(states), access.workers, wait_timeout=bounds.health)
     log(f"restore {access.cluster}: done; etcd is back at the snapshot of {v.header.created}")
     return v
+
+
+def _wait_etcd(access: ZoneAccess, control_planes: list[str], bound: float) -> None:
+    from kontinuum.lifecycle import etcd_health
+
+    try:
+        etcd_health.wait_healthy(access.client, control_planes, timeout=bound, why="after the restore")
+    except etcd_health.EtcdUnhealthyError as exc:
+        raise BackupError(str(exc)) from None
 
 
 def _wait_preparing(access: ZoneAccess, node: str, bound: float) -> None:

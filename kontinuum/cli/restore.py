@@ -17,6 +17,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cwd", "-C", type=Path, default=None, help="the Pulumi project folder (default: here)")
     parser.add_argument("--force", action="store_true", help="restore even though the zone's etcd is healthy")
     parser.add_argument("--dry-run", action="store_true", help="check the file and the zone, print the plan, do nothing")
+    parser.add_argument("--config-file", type=Path, default=None,
+                        help="the stack config whose `lost: true` machines are left out (default: "
+                             "<stackConfigDir>/Pulumi.<stack>.yaml of the project folder)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,8 +36,34 @@ def run(args: argparse.Namespace) -> int:
             log(f"restore: stack {args.stack} does not exist")
             return 1
         access, _ = zone_access(exported.get("deployment") or {}, args.stack, args.zone)
-        restore(access, args.snapshot.resolve(), force=args.force, dry_run=args.dry_run, log=log)
+        restore(access, args.snapshot.resolve(), force=args.force, dry_run=args.dry_run, log=log,
+                lost=lost_machines(args.config_file or stack_file(cwd, args.stack), args.zone))
     except KontinuumError as e:
         log(f"restore: {e}")
         return 1
     return 0
+
+
+def stack_file(cwd: Path, stack: str) -> Path:
+    import yaml
+
+    project = yaml.safe_load((cwd / "Pulumi.yaml").read_text()) if (cwd / "Pulumi.yaml").exists() else {}
+    return cwd / str((project or {}).get("stackConfigDir") or ".") / f"Pulumi.{stack}.yaml"
+
+
+def lost_machines(path: Path, zone: str) -> frozenset[str]:
+    """Addresses the stack config declares lost in `zone` (`talosAddresses[].lost`): the restore
+    leaves them out. Read from the stack file itself, so a config the program refuses (two of
+    three control planes lost) still says which machines are gone; no file, none lost."""
+    from kontinuum.stackconfig.validation import read_stack_file
+
+    if not path.exists():
+        return frozenset()
+    raw, _ = read_stack_file(path)
+    lost = set()
+    for z in raw.get("zones") or []:
+        if isinstance(z, dict) and z.get("zone") == zone:
+            for m in z.get("talosAddresses") or []:
+                if isinstance(m, dict) and m.get("lost") is True:
+                    lost.update(m.get("addresses") or [m.get("address")])
+    return frozenset(a for a in lost if a)

@@ -18,7 +18,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from kontinuum.errors import KontinuumError
-from kontinuum.hub.crds import API_VERSION, GROUP, INSTANCE_KIND, LABEL_CLAIMED_BY, VERSION
+from kontinuum.hub.crds import API_VERSION, GROUP, INSTANCE_KIND, LABEL_CLAIMED_BY, LABEL_LOST, VERSION
 from kontinuum.hub.crds import INSTANCE_PLURAL as PLURAL
 from kontinuum.kube.clients import api_client
 REQUEST_TIMEOUT = 15.0  # seconds per hub API call
@@ -124,7 +124,8 @@ class Inventory:
         return sorted(out.get("items", []), key=lambda o: o["metadata"]["name"])
 
     def register(self, name: str, interfaces: list[str], labels: dict[str, str]) -> dict:
-        """Create the Instance or bring its spec and our labels up to date; a claim is kept."""
+        """Create the Instance or bring its spec and our labels up to date; a claim is kept. The
+        lost mark is the registrant's: it goes when `labels` no longer carry it."""
         for _ in range(5):
             obj = self.get(name)
             if obj is None:
@@ -140,11 +141,14 @@ class Inventory:
                     if e.status == 409:
                         continue
                     raise
-            if obj.get("spec", {}).get("interfaces") == list(interfaces) and all(
+            stale = LABEL_LOST in _labels(obj) and LABEL_LOST not in labels
+            if obj.get("spec", {}).get("interfaces") == list(interfaces) and not stale and all(
                 _labels(obj).get(k) == v for k, v in labels.items()
             ):
                 return obj
             obj.setdefault("metadata", {}).setdefault("labels", {}).update(labels)
+            if stale:
+                obj["metadata"]["labels"].pop(LABEL_LOST)
             obj["spec"] = {**obj.get("spec", {}), "interfaces": list(interfaces)}
             try:
                 return self._call(f"update Instance {name}", self.api.replace_cluster_custom_object, name, obj)

@@ -233,13 +233,17 @@ MACHINE = Obj({
     "address": Str("the machine's address", format=ADDRESS),
     "addresses": List(Str(format=ADDRESS), "all of the machine's addresses; the first that answers is used"),
     "pool": Str("`controlplane` or a worker pool name", default=CONTROL_PLANE_POOL, format=NAME),
+    "lost": Bool("the machine is gone for good (dead disk or power supply, pulled from the rack): it is never called "
+                 "again; its etcd member is removed through a healthy control plane, its Node deleted, its claim "
+                 "released, its Instance marked lost; reset if it ever answers again (README: Lost machines)",
+                 default=False),
 })
 
 ZONE = Obj({
     "zone": Str("zone name; every zone object is `<region>-<zone>`", required=True, format=NAME),
     "talosAddresses": List(
         OneOf(Str(format=ADDRESS), MACHINE),
-        "machines in maintenance mode: an address, or `{address | addresses: [...], pool}`. Each machine becomes "
+        "machines in maintenance mode: an address, or `{address | addresses: [...], pool, lost}`. Each machine becomes "
         "the hub Instance `<region>-<zone>-<sha256(first address)[:8]>`; an address is used once per stack",
         required=True),
     "controlPlane": Obj({

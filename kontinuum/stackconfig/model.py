@@ -41,6 +41,7 @@ class Addons:
 class Machine:
     addresses: tuple[str, ...]
     pool: str
+    lost: bool = False  # gone for good: never called again, its member and Node removed (README: Lost machines)
 
 
 @dataclass(frozen=True)

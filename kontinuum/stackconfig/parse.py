@@ -60,8 +60,18 @@ def _machines(raw: list, path: str, pools: set[str], errs: _Errors) -> tuple[Mac
         pool = entry.get("pool", CONTROL_PLANE_POOL)
         if pool not in pools:
             errs.add(f"{p}.pool", f"unknown pool {pool!r}; known: {', '.join(sorted(pools))}")
-        out.append(Machine(tuple(addrs), pool))
+        out.append(Machine(tuple(addrs), pool, bool(entry.get("lost", False))))
     return tuple(out)
+
+
+def _check_lost(machines: tuple[Machine, ...], path: str, errs: _Errors) -> None:
+    """Every control plane marked lost leaves no etcd to remove them through: that is a restore
+    from a backup or a zone removal, never an edit (README: Lost machines)."""
+    cps = [i for i, m in enumerate(machines) if m.pool == CONTROL_PLANE_POOL]
+    if cps and all(machines[i].lost for i in cps):
+        errs.add(path, "every control-plane machine is marked lost: no control plane is left to remove them "
+                 "through. Restore the zone's etcd onto new machines (`python -m kontinuum restore`, README: Lost "
+                 "machines) or remove the zone")
 
 
 def _pool(raw: dict, name: str) -> Pool:
@@ -103,10 +113,14 @@ def _zone(raw: dict, path: str, errs: _Errors, region: str = "") -> Zone | None:
     machines = _machines(raw["talosAddresses"], f"{path}.talosAddresses", names, errs)
     for pool, pool_path in [(cp, f"{path}.controlPlane")] + [
             (w, f"{path}.workers[{i}]") for i, w in enumerate(workers)]:
-        listed = sum(m.pool == pool.name for m in machines)
+        listed = sum(m.pool == pool.name and not m.lost for m in machines)
+        lost = sum(m.pool == pool.name and m.lost for m in machines)
         if pool.replicas > listed:
             errs.add(f"{pool_path}.replicas", f"{pool.replicas} wanted but {path}.talosAddresses lists {listed} "
-                     f"machine{'s' * (listed != 1)} for pool {pool.name!r}")
+                     f"machine{'s' * (listed != 1)} for pool {pool.name!r}"
+                     + (f" that {'is' if listed == 1 else 'are'} not marked lost ({lost} more {'is' if lost == 1 else 'are'})"
+                        if lost else ""))
+    _check_lost(machines, f"{path}.talosAddresses", errs)
     endpoint = cp_raw.get("endpoint")
     if cp.replicas > 1 and endpoint is None:
         errs.add(f"{path}.controlPlane.endpoint",

@@ -33,14 +33,16 @@ class TalosError(KontinuumError):
 class NodeUnreachableError(TalosError):
     remedy = (
         "Check that the machine is powered on, booted into Talos and that TCP port 50000 is "
-        "reachable from here; it may also be rebooting."
+        "reachable from here; it may also be rebooting. If the machine is gone for good, mark it "
+        "`lost: true` in its zone's talosAddresses (README: Lost machines)."
     )
 
 
 class TalosTimeoutError(TalosError):
     remedy = (
         "The node may be rebooting, overloaded or behind a firewall that drops packets; retry, "
-        "or raise the deadline (kontinuum.talos.client.Deadlines)."
+        "or raise the deadline (kontinuum.talos.client.Deadlines). If the machine is gone for good, mark it "
+        "`lost: true` in its zone's talosAddresses (README: Lost machines)."
     )
 
 

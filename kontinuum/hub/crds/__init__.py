@@ -23,6 +23,7 @@ KONTINUUM_PLURAL = "kontinuums"
 LABEL_REGION = "kontinuum.sh/region"
 LABEL_ZONE = "kontinuum.sh/zone"
 LABEL_CLAIMED_BY = "kontinuum.sh/claimed-by"
+LABEL_LOST = "kontinuum.sh/lost"  # "true": the machine is declared lost (README: Lost machines)
 
 # Hub-side Secrets (the public half of each zone identity) live in this namespace.
 HUB_NAMESPACE = "kontinuum-system"
