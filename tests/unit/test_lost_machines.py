@@ -168,3 +168,11 @@ def test_config_errors_for_lost_machines():
         parse(zone_config(["10.0.0.1", "10.0.0.2", {"address": "10.0.0.3", "lost": True}], replicas=3))
     assert "3 wanted but zones[0].talosAddresses lists 2 machines for pool 'controlplane' that are not marked lost" \
         in str(e.value)
+
+
+def test_a_machine_that_does_not_answer_names_the_way_to_declare_it_lost():
+    from kontinuum.talos.errors import NodeUnreachableError
+
+    for error in (NodeUnreachableError("10.0.0.3", "apply-config", "connection refused"),
+                  TalosTimeoutError("10.0.0.3", "apply-config", "deadline exceeded")):
+        assert "10.0.0.3" in str(error) and "`lost: true`" in str(error)
