@@ -3,7 +3,9 @@
 Lifecycle, as a real node: maintenance → (apply config, reboot) → configured → (reset,
 reboot) → maintenance. A reboot drops every connection, stops listening for `reboot_delay`
 seconds and comes back with a new identity (a fresh maintenance certificate, or a server
-certificate from the applied OS CA).
+certificate from the applied OS CA). A crash (`crash()`) cuts the power with the disk intact:
+the node is "crashed", answers nothing (dial.DeadPort: clients time out, they are not refused)
+until `power_on()` boots it with the config it had.
 
 The coroutines run on the owning Lab's event loop; the public methods are synchronous and
 thread-safe so tests can call them directly.
@@ -28,7 +30,7 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from grpclib.server import Server
 
-from lab.talos_node import tls
+from lab.talos_node import dial, etcd_service, tls
 from lab.talos_node.cluster import ClusterRegistry
 from lab.talos_node.machineconfig import AppliedConfig
 
@@ -112,7 +114,7 @@ class EmulatedNode:
         self.port = port
         self.registry = registry
         self.talos_version = talos_version
-        self.mode = "off"  # off | maintenance | booting | configured | rebooting
+        self.mode = "off"  # off | maintenance | booting | configured | rebooting | crashed
         self.config: AppliedConfig | None = None
         self.staged: AppliedConfig | None = None
         self.staged_version: str | None = None
@@ -129,6 +131,7 @@ class EmulatedNode:
         self._lock = threading.Lock()
         self._calls: Counter[str] = Counter()
         self._server: _Server | None = None
+        self._dead_port: dial.DeadPort | None = None  # held while crashed
         self._ssl = None  # this boot's server TLS context
         self._fingerprint: str | None = None
         self._power = asyncio.Lock()
@@ -213,8 +216,15 @@ class EmulatedNode:
         self._run(self._reboot(None), timeout)
 
     def power_on(self, timeout: float = 30.0) -> None:
-        """Boot a node that a reset with reboot=False powered off."""
+        """Boot a node that a reset with reboot=False powered off, or that crashed (with the
+        config it had); returns once it listens. A node that is on is left alone."""
         self._run(self._power_on(), timeout)
+
+    def crash(self, timeout: float = 30.0) -> None:
+        """Cut the power, disk intact: open connections drop, new ones hang (never refused); its
+        etcd member stays listed but unreachable, its kubelet stops (lab/cluster_nodes.py).
+        A node that is off or crashed already is left alone."""
+        self._run(self._crash(), timeout)
 
     def wait_for(self, mode: str, timeout: float = 10.0, *, after_boot: int | None = None) -> None:
         """Wait until the node is in `mode` (and, with `after_boot`, has booted since that
@@ -302,17 +312,31 @@ class EmulatedNode:
             task.cancel()
         async with self._power:
             await self._halt()
+            if self._dead_port is not None:
+                self._dead_port.close()
+                self._dead_port = None
             self.mode = "off"
         self.registry.remove_node(self)
 
     async def _power_on(self) -> None:
         async with self._power:
-            if self.mode == "off":
+            if self.mode in ("off", "crashed"):
                 await self._boot()
+
+    async def _crash(self) -> None:
+        async with self._power:  # a reboot under way finishes first
+            if self.mode in ("off", "crashed"):
+                return
+            await self._halt()
+            self._dead_port = dial.DeadPort(self.address, self.port)
+            self.mode = "crashed"
+            self.record("crashed")
 
     async def _reboot(self, transition: Callable[[], None] | None, *, power_off: bool = False) -> None:
         await asyncio.sleep(0)  # let the reply that asked for the reboot leave first
         async with self._power:
+            if self.mode == "crashed":  # the power went before the reboot began
+                return
             self.mode = "rebooting"
             self.record("reboot")
             await self._halt()
@@ -335,6 +359,9 @@ class EmulatedNode:
             await self._boot()
 
     async def _boot(self) -> None:
+        if self._dead_port is not None:
+            self._dead_port.close()
+            self._dead_port = None
         self.booted_at.GetCurrentTime()
         self.boot_id = str(uuid.uuid4())
         self.pulled.clear()
@@ -353,6 +380,8 @@ class EmulatedNode:
             self.mode = "configured"
             if config.is_control_plane:
                 self.registry.join(config.cluster_key, self)
+                if self.registry.etcd_standing(config.cluster_key, self.address) == etcd_service.REMOVED:
+                    self.record("etcd-failing", error=etcd_service.REMOVED_ERROR)
         await self._sync_listening()
         self.boots += 1
         self.record("booted", mode=self.mode, version=self.talos_version)
