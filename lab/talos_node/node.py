@@ -22,7 +22,7 @@ import time
 import uuid
 import weakref
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Callable
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -32,6 +32,7 @@ from grpclib.server import Server
 
 from lab.talos_node import dial, etcd_service, tls
 from lab.talos_node.cluster import ClusterRegistry
+from lab.talos_node.faults import Faults
 from lab.talos_node.machineconfig import AppliedConfig
 
 APID_PORT = 50000
@@ -54,28 +55,6 @@ def check_loopback(address: str) -> str:
     if ip not in _LOOPBACK:
         raise ValueError(f"{address} is outside 127.0.0.0/8; the Talos emulator binds loopback addresses only")
     return str(ip)
-
-
-@dataclass(frozen=True)
-class Faults:
-    """Knobs a test turns to make the node misbehave."""
-
-    latency: float = 0.0  # seconds added before every call is handled
-    hang: bool = False  # accept calls but never answer them
-    refuse: bool = False  # stop listening (connection refused) and drop open connections
-    reboot_delay: float = 1.0  # seconds a reboot keeps the node off the network
-    fail_next: int = 0  # the next N calls fail with fail_status
-    fail_status: Status = Status.UNAVAILABLE
-    fail_message: str = "injected failure"
-    # Boots from the network when its disk holds no OS: after a whole-disk reset it comes back in
-    # maintenance mode only then; otherwise it stays off the network, as real hardware would.
-    netboot: bool = False
-    # OS upgrades (upgrade.py): seconds the installer runs, and "", "fail", "rollback" or "hang".
-    install_delay: float = 0.2
-    upgrade_fault: str = ""
-    # Image pulls (MachineService.ImagePull, ImageService.Pull): a pull whose reference contains
-    # this text fails as a registry without that image makes it fail ("" pulls everything).
-    pull_fault: str = ""
 
 
 class _Server(Server):
