@@ -3,7 +3,8 @@
 Each pass reads the apiserver first and writes only what differs, so the ClusterRunner
 (lab/clusters.py), which owns the processes, can run it every tick:
 - a Node per member, registered the way a kubelet registers itself (lab/kubelets.py), played by
-  kwok again when its machine comes back, left unrenewed when its machine leaves (reset);
+  kwok again when its machine comes back, left unrenewed when its machine leaves (reset) or
+  loses power (a crash, a reset that powers it off);
 - the control planes' static-pod mirror Pods (lab/static_pods.py);
 - the CNI-ready mark kwok turns into Node readiness, set while the Cilium agent pod on it is Ready;
 - the pod-network verdicts (lab/pod_network.py) and the real Flux Operator's process;
@@ -26,6 +27,7 @@ from lab.talos_node.cluster import ClusterRegistry
 from lab.talos_node.node import EmulatedNode
 
 log = logging.getLogger(__name__)
+POWERED_OFF = ("off", "crashed")  # EmulatedNode modes of a machine whose kubelet cannot run
 
 
 class NodeSync:
@@ -42,6 +44,11 @@ class NodeSync:
         """Nodes of this cluster whose kubelet would be up: configured with its config."""
         return [n for n in self.registry.nodes_of(self.key) if n.mode == "configured" and n.config is not None]
 
+    def holding(self) -> list[EmulatedNode]:
+        """Nodes whose kubelet will play again without a reset: configured with this cluster's
+        config, rebooting ones included; not those without power (crashed, or powered off)."""
+        return [n for n in self.registry.nodes_of(self.key) if n.mode not in POWERED_OFF]
+
     def reconcile(self, api: client.ApiClient, config: ClusterConfig, flux: OperatorRunner | None,
                   objects_moved: bool = True) -> None:
         """One pass; those that follow the cluster's objects only when `objects_moved`."""
@@ -49,7 +56,7 @@ class NodeSync:
         nodes = {n.metadata.name: n for n in core.list_node(_request_timeout=REQUEST_TIMEOUT).items}
         cidrs = [n.spec.pod_cidr for n in nodes.values() if n.spec and n.spec.pod_cidr]
         current = {n.address: (n, MemberInfo.of(n)) for n in self.members()}
-        holding = {n.address for n in self.registry.nodes_of(self.key)}  # rebooting ones included
+        holding = {n.address for n in self.holding()}
         leases = client.CoordinationV1Api(api)
         for address, (_node, member) in current.items():
             existing = nodes.get(member.hostname)
@@ -70,7 +77,7 @@ class NodeSync:
                 log.info("cluster %s: Node %s (%s) is back; kwok plays its kubelet again", self.name, member.hostname, address)
             self.registered[address] = member.hostname
         for address in [a for a in self.registered if a not in holding]:
-            # The machine left (reset): its kubelet stops; the Node stays, unrenewed (lab/kubelets.py).
+            # The machine left (reset) or lost power: its kubelet stops; the Node stays, unrenewed (lab/kubelets.py).
             name = self.registered.pop(address)
             if name in nodes:
                 kubelets.leave(leases, name)

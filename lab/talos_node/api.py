@@ -22,7 +22,7 @@ from grpclib.exceptions import GRPCError
 
 from kontinuum.talos import pki
 from lab.controlplane import kubeconfig_text
-from lab.talos_node import etcd_api, resources
+from lab.talos_node import etcd_api, etcd_service, resources
 from lab.talos_node.call import Call
 from lab.talos_node.cluster import AlreadyBootstrapped, HealthQuery
 from lab.talos_node.machineconfig import AppliedConfig, InvalidConfig, parse, v1alpha1_document
@@ -227,6 +227,8 @@ class NodeApi:
             node.registry.leave(config.cluster_key, node.address)
 
         def forget() -> None:
+            if wipes_disk or "EPHEMERAL" in partitions:  # its member stays behind (graceful=False)
+                node.registry.drop_data(config.cluster_key, node.address)
             node.config = node.staged = None
             node.registry.forget_if_empty(config.cluster_key)
 
@@ -248,22 +250,22 @@ class NodeApi:
         # again once the lab's apiserver runs on the chain this node's config names.
         chain = self.node.registry.k8s_chain(config.cluster_key) if config.is_control_plane else None
         services.append(self._service("kubelet", "Running", chain is None or chain == config.k8s_trusted))
-        if config.is_control_plane:
-            # Preparing: no etcd data, waiting for a bootstrap or for a cluster to join. Running but
-            # unhealthy: data of an etcd that lost its quorum.
+        if config.is_control_plane:  # Running but unhealthy: data of an etcd that lost its quorum
             state = self.node.registry.state(config.cluster_key)
-            member = any(m.address == self.node.address for m in state.members.values())
-            services.append(self._service("etcd", "Running" if member else "Preparing", member and state.bootstrapped))
+            etcd = etcd_service.service(state.standing(self.node.address), bootstrapped=state.bootstrapped)
+            services.append(self._service("etcd", etcd.state, etcd.healthy, etcd.events))
         services.sort(key=lambda s: s.id)
         return machine_pb2.ServiceListResponse(messages=[machine_pb2.ServiceList(services=services)])
 
-    def _service(self, name: str, state: str, healthy: bool) -> machine_pb2.ServiceInfo:
-        event = machine_pb2.ServiceEvent(msg=f"Service {state.lower()}", state=state, ts=self.node.booted_at)
+    def _service(self, name: str, state: str, healthy: bool,
+                 events: tuple[tuple[str, str], ...] = ()) -> machine_pb2.ServiceInfo:
+        at = self.node.booted_at
+        events = events or ((state, f"Service {state.lower()}"),)
         return machine_pb2.ServiceInfo(
             id=name,
             state=state,
-            events=machine_pb2.ServiceEvents(events=[event]),
-            health=machine_pb2.ServiceHealth(healthy=healthy, last_change=self.node.booted_at),
+            events=machine_pb2.ServiceEvents(events=[machine_pb2.ServiceEvent(msg=m, state=s, ts=at) for s, m in events]),
+            health=machine_pb2.ServiceHealth(healthy=healthy, last_change=at),
         )
 
     async def upgrade(self, call: Call, request) -> machine_pb2.UpgradeResponse:

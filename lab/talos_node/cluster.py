@@ -13,12 +13,14 @@ from dataclasses import dataclass, field
 from typing import Callable, Generic, Iterable, Optional, Protocol, TypeVar
 
 from kontinuum.talos.pki import CertKey
+from lab.talos_node import dial, etcd_service
 
 
 class ClusterNode(Protocol):
     """What the registry reads of a node, which it never calls into (node.EmulatedNode fits)."""
 
     address: str
+    port: int
     mode: str
 
     @property
@@ -75,10 +77,20 @@ class AlreadyBootstrapped(Exception):
 class ClusterState:
     key: str
     bootstrapped: bool = False  # etcd has quorum (False again once a wipe loses it)
-    members: dict[int, Member] = field(default_factory=dict)  # nodes holding this etcd's data
+    members: dict[int, Member] = field(default_factory=dict)  # the membership, as etcd lists it
     generation: int = 0  # bumped by every bootstrap: a new etcd, so a new control plane
     recover_from: bytes | None = None  # the snapshot a Bootstrap(recover_etcd) restores etcd from
     skip_hash_check: bool = False
+    data: set[str] = field(default_factory=set)  # addresses whose EPHEMERAL holds this etcd's data
+    removed: set[str] = field(default_factory=set)  # of those, members removed by ID: their etcd exits
+
+    def standing(self, address: str) -> str:
+        """etcd_service.MEMBER, REMOVED or NONE for the control plane at `address`."""
+        if address in self.removed:
+            return etcd_service.REMOVED
+        if any(m.address == address for m in self.members.values()):
+            return etcd_service.MEMBER
+        return etcd_service.NONE
 
 
 # Reads the cluster's real etcd snapshot (the lab's control plane registers it); blocking.
@@ -139,7 +151,7 @@ class ClusterRegistry(Generic[Node]):
         with self._lock:
             state = self._clusters.get(key, ClusterState(key))
             return ClusterState(state.key, state.bootstrapped, dict(state.members), state.generation,
-                                state.recover_from, state.skip_hash_check)
+                                state.recover_from, state.skip_hash_check, set(state.data), set(state.removed))
 
     def bootstrapped(self) -> list[str]:
         """Keys of the clusters that are bootstrapped now (what the lab runs control planes for)."""
@@ -164,6 +176,7 @@ class ClusterRegistry(Generic[Node]):
                 raise AlreadyBootstrapped(key)
             state.bootstrapped = True
             state.members.clear()  # whatever data others kept belongs to the lost etcd
+            state.data.clear()
             state.generation += 1
             state.recover_from, state.skip_hash_check = recover_from, skip_hash_check
             self._join_locked(state, node)
@@ -183,11 +196,21 @@ class ClusterRegistry(Generic[Node]):
 
     @staticmethod
     def _join_locked(state: ClusterState, node: Node) -> None:
-        if not any(m.address == node.address for m in state.members.values()):
-            member_id = secrets.randbits(63) | 1
-            state.members[member_id] = Member(member_id, node.hostname, node.address)
+        """Start etcd on `node`: on its own data if it has some, else as a new member (Talos's
+        addMember first removes a member of the same name: the one a wipe left behind). A node
+        whose member was removed does not come back (etcd_service)."""
+        if node.address in state.removed:
+            return
+        if node.address in state.data and any(m.address == node.address for m in state.members.values()):
+            return
+        for stale in [i for i, m in state.members.items() if node.address == m.address or node.hostname == m.hostname]:
+            del state.members[stale]
+        member_id = secrets.randbits(63) | 1
+        state.members[member_id] = Member(member_id, node.hostname, node.address)
+        state.data.add(node.address)
 
     def leave(self, key: str, address: str) -> bool:
+        """The node's member leaves and its etcd data is deleted (EtcdLeaveCluster, graceful reset)."""
         with self._lock:
             state = self._clusters.get(key)
             if not state:
@@ -195,7 +218,24 @@ class ClusterRegistry(Generic[Node]):
             ids = [i for i, m in state.members.items() if m.address == address]
             for i in ids:
                 del state.members[i]
+            state.data.discard(address)
+            state.removed.discard(address)
             return bool(ids)
+
+    def etcd_standing(self, key: str, address: str) -> str:
+        """etcd_service.MEMBER, REMOVED or NONE: what the node's etcd service can do."""
+        with self._lock:
+            state = self._clusters.get(key)
+            return state.standing(address) if state else etcd_service.NONE
+
+    def drop_data(self, key: str, address: str) -> None:
+        """The node's EPHEMERAL was wiped but its member is left behind (a reset that wiped
+        STATE too, so the node comes back unconfigured): it would join afresh."""
+        with self._lock:
+            state = self._clusters.get(key)
+            if state:
+                state.data.discard(address)
+                state.removed.discard(address)
 
     def wipe_etcd(self, key: str, address: str) -> None:
         """The node's EPHEMERAL partition (its etcd data) was wiped. Its member is gone; when
@@ -210,6 +250,8 @@ class ClusterRegistry(Generic[Node]):
             ids = [i for i, m in state.members.items() if m.address == address]
             for i in ids:
                 del state.members[i]
+            state.data.discard(address)
+            state.removed.discard(address)
             if ids and state.bootstrapped and len(state.members) < before // 2 + 1:
                 state.bootstrapped = False
 
@@ -235,9 +277,16 @@ class ClusterRegistry(Generic[Node]):
             return self._etcd.get(key)
 
     def remove_member(self, key: str, member_id: int) -> bool:
+        """EtcdRemoveMemberByID. A node that still holds that member's data cannot run etcd on
+        it any more, whether it runs now or boots later (etcd_service: REMOVED)."""
         with self._lock:
             state = self._clusters.get(key)
-            return bool(state and state.members.pop(member_id, None))
+            member = state.members.pop(member_id, None) if state else None
+            if member is None:
+                return False
+            if member.address in state.data:
+                state.removed.add(member.address)
+            return True
 
     def forget_if_empty(self, key: str) -> None:
         """When no node holds the cluster's config any more, its etcd data is gone too."""
@@ -284,6 +333,20 @@ class ClusterRegistry(Generic[Node]):
         def booted(node: Node | None) -> str | None:
             return None if node is not None and node.mode == "configured" else "boot sequence has not finished"
 
+        def etcd(address: str) -> str | None:
+            # Talos asks each control plane's etcd service through the node running the check.
+            node = self.node(address)
+            if node is None or not node.is_up:
+                crashed = node is not None and node.mode == "crashed"
+                port = node.port if node is not None else 50000
+                return dial.rpc_error((dial.timed_out if crashed else dial.refused)(address, port))
+            if node.cluster_key != query.cluster_key or not node.is_control_plane:
+                return None  # the apid and membership checks name it
+            return etcd_service.health_problem(state.standing(address), bootstrapped=state.bootstrapped)
+
+        etcd_problem = "etcd is not bootstrapped yet"
+        if state.bootstrapped:
+            etcd_problem = "; ".join(f"{a}: {p}" for a in query.control_plane_nodes if (p := etcd(a))) or None
         member_addresses = {m.address for m in state.members.values()}
         missing = sorted(set(query.control_plane_nodes) - member_addresses)
         extra = sorted(member_addresses - set(query.control_plane_nodes))
@@ -291,7 +354,7 @@ class ClusterRegistry(Generic[Node]):
         if missing or extra:
             members_problem = f"etcd members {sorted(member_addresses)} do not match control plane nodes {sorted(query.control_plane_nodes)}"
         return [
-            ("etcd to be healthy", None if state.bootstrapped else "etcd is not bootstrapped yet"),
+            ("etcd to be healthy", etcd_problem),
             ("etcd members to be control plane nodes", members_problem),
             ("apid to be ready", problems(expected, apid)),
             ("all nodes to finish boot sequence", problems(expected, booted)),

@@ -1,14 +1,20 @@
 """A tiny HTTP control endpoint for an emulated node running in its own process.
 
 On http://<node address>:<control port>/ (loopback only, like the node):
-    GET  /state          mode, version, cluster, fingerprint, fault knobs, call counters, boot id,
-                         event log (JSON)
+    GET  /state          mode (off, maintenance, booting, configured, rebooting, crashed), version,
+                         cluster, fingerprint, fault knobs, call counters, boot id, etcd members,
+                         this node's etcd standing (member, removed, none; null unless a
+                         configured control plane), event log (JSON)
     POST /faults         JSON with any of latency, hang, refuse, reboot_delay, netboot,
                          install_delay, upgrade_fault ("", fail, rollback, hang),
                          pull_fault (a pull whose image reference contains it fails) and
                          fail_next: {"count": N, "status": "UNAVAILABLE", "message": "..."}
     POST /calls/reset    zero the call counters
-    POST /reboot         power-cycle;  POST /power-on  boot a node that a reset powered off
+    POST /reboot         power-cycle
+    POST /crash          cut the power, disk intact: mode "crashed", event "crashed"; its Talos API
+                         times out (never refuses), its kubelet stops, its etcd member stays
+                         listed but unreachable (EmulatedNode.crash)
+    POST /power-on       boot a node that a reset powered off or that crashed, with its config
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ def state(node: EmulatedNode) -> dict:
         "boot_id": node.boot_id,
         "etcd_members": sorted(m.address for m in node.registry.state(node.cluster_key).members.values())
         if node.cluster_key else [],
+        "etcd": node.registry.etcd_standing(node.cluster_key, node.address)
+        if node.cluster_key and node.is_control_plane else None,
         "events": node.event_log(),
     }
 
@@ -95,6 +103,8 @@ def _handler(node: EmulatedNode) -> type[BaseHTTPRequestHandler]:
                     node.reboot()
                 elif self.path == "/power-on":
                     node.power_on()
+                elif self.path == "/crash":
+                    node.crash()
                 else:
                     self._reply(404, {"error": f"no such endpoint {self.path}"})
                     return
@@ -137,3 +147,13 @@ def set_faults(address: str, **knobs) -> None:
 
 def reset_calls(address: str) -> None:
     request(address, "/calls/reset", {})
+
+
+def crash(address: str, **kw) -> dict:
+    """Crash the node (POST /crash); returns its state afterwards."""
+    return request(address, "/crash", {}, **kw)
+
+
+def power_on(address: str, **kw) -> dict:
+    """Boot a crashed or powered-off node (POST /power-on); returns its state once it listens."""
+    return request(address, "/power-on", {}, **kw)

@@ -3,7 +3,9 @@
 Lifecycle, as a real node: maintenance → (apply config, reboot) → configured → (reset,
 reboot) → maintenance. A reboot drops every connection, stops listening for `reboot_delay`
 seconds and comes back with a new identity (a fresh maintenance certificate, or a server
-certificate from the applied OS CA).
+certificate from the applied OS CA). A crash (`crash()`) cuts the power with the disk intact:
+the node is "crashed", answers nothing (dial.DeadPort: clients time out, they are not refused)
+until `power_on()` boots it with the config it had.
 
 The coroutines run on the owning Lab's event loop; the public methods are synchronous and
 thread-safe so tests can call them directly.
@@ -20,7 +22,7 @@ import time
 import uuid
 import weakref
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Callable
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -28,8 +30,9 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from grpclib.server import Server
 
-from lab.talos_node import tls
+from lab.talos_node import dial, etcd_service, tls
 from lab.talos_node.cluster import ClusterRegistry
+from lab.talos_node.faults import Faults
 from lab.talos_node.machineconfig import AppliedConfig
 
 APID_PORT = 50000
@@ -52,28 +55,6 @@ def check_loopback(address: str) -> str:
     if ip not in _LOOPBACK:
         raise ValueError(f"{address} is outside 127.0.0.0/8; the Talos emulator binds loopback addresses only")
     return str(ip)
-
-
-@dataclass(frozen=True)
-class Faults:
-    """Knobs a test turns to make the node misbehave."""
-
-    latency: float = 0.0  # seconds added before every call is handled
-    hang: bool = False  # accept calls but never answer them
-    refuse: bool = False  # stop listening (connection refused) and drop open connections
-    reboot_delay: float = 1.0  # seconds a reboot keeps the node off the network
-    fail_next: int = 0  # the next N calls fail with fail_status
-    fail_status: Status = Status.UNAVAILABLE
-    fail_message: str = "injected failure"
-    # Boots from the network when its disk holds no OS: after a whole-disk reset it comes back in
-    # maintenance mode only then; otherwise it stays off the network, as real hardware would.
-    netboot: bool = False
-    # OS upgrades (upgrade.py): seconds the installer runs, and "", "fail", "rollback" or "hang".
-    install_delay: float = 0.2
-    upgrade_fault: str = ""
-    # Image pulls (MachineService.ImagePull, ImageService.Pull): a pull whose reference contains
-    # this text fails as a registry without that image makes it fail ("" pulls everything).
-    pull_fault: str = ""
 
 
 class _Server(Server):
@@ -112,7 +93,7 @@ class EmulatedNode:
         self.port = port
         self.registry = registry
         self.talos_version = talos_version
-        self.mode = "off"  # off | maintenance | booting | configured | rebooting
+        self.mode = "off"  # off | maintenance | booting | configured | rebooting | crashed
         self.config: AppliedConfig | None = None
         self.staged: AppliedConfig | None = None
         self.staged_version: str | None = None
@@ -129,6 +110,7 @@ class EmulatedNode:
         self._lock = threading.Lock()
         self._calls: Counter[str] = Counter()
         self._server: _Server | None = None
+        self._dead_port: dial.DeadPort | None = None  # held while crashed
         self._ssl = None  # this boot's server TLS context
         self._fingerprint: str | None = None
         self._power = asyncio.Lock()
@@ -213,8 +195,15 @@ class EmulatedNode:
         self._run(self._reboot(None), timeout)
 
     def power_on(self, timeout: float = 30.0) -> None:
-        """Boot a node that a reset with reboot=False powered off."""
+        """Boot a node that a reset with reboot=False powered off, or that crashed (with the
+        config it had); returns once it listens. A node that is on is left alone."""
         self._run(self._power_on(), timeout)
+
+    def crash(self, timeout: float = 30.0) -> None:
+        """Cut the power, disk intact: open connections drop, new ones hang (never refused); its
+        etcd member stays listed but unreachable, its kubelet stops (lab/cluster_nodes.py).
+        A node that is off or crashed already is left alone."""
+        self._run(self._crash(), timeout)
 
     def wait_for(self, mode: str, timeout: float = 10.0, *, after_boot: int | None = None) -> None:
         """Wait until the node is in `mode` (and, with `after_boot`, has booted since that
@@ -302,17 +291,31 @@ class EmulatedNode:
             task.cancel()
         async with self._power:
             await self._halt()
+            if self._dead_port is not None:
+                self._dead_port.close()
+                self._dead_port = None
             self.mode = "off"
         self.registry.remove_node(self)
 
     async def _power_on(self) -> None:
         async with self._power:
-            if self.mode == "off":
+            if self.mode in ("off", "crashed"):
                 await self._boot()
+
+    async def _crash(self) -> None:
+        async with self._power:  # a reboot under way finishes first
+            if self.mode in ("off", "crashed"):
+                return
+            await self._halt()
+            self._dead_port = dial.DeadPort(self.address, self.port)
+            self.mode = "crashed"
+            self.record("crashed")
 
     async def _reboot(self, transition: Callable[[], None] | None, *, power_off: bool = False) -> None:
         await asyncio.sleep(0)  # let the reply that asked for the reboot leave first
         async with self._power:
+            if self.mode == "crashed":  # the power went before the reboot began
+                return
             self.mode = "rebooting"
             self.record("reboot")
             await self._halt()
@@ -335,6 +338,9 @@ class EmulatedNode:
             await self._boot()
 
     async def _boot(self) -> None:
+        if self._dead_port is not None:
+            self._dead_port.close()
+            self._dead_port = None
         self.booted_at.GetCurrentTime()
         self.boot_id = str(uuid.uuid4())
         self.pulled.clear()
@@ -353,6 +359,8 @@ class EmulatedNode:
             self.mode = "configured"
             if config.is_control_plane:
                 self.registry.join(config.cluster_key, self)
+                if self.registry.etcd_standing(config.cluster_key, self.address) == etcd_service.REMOVED:
+                    self.record("etcd-failing", error=etcd_service.REMOVED_ERROR)
         await self._sync_listening()
         self.boots += 1
         self.record("booted", mode=self.mode, version=self.talos_version)

@@ -16,6 +16,7 @@ Admission follows apid and machined (facts §2, §7, §8):
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
@@ -24,7 +25,7 @@ from google.protobuf import empty_pb2
 from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 
-from lab.talos_node import tls
+from lab.talos_node import dial, tls
 from lab.talos_node.api import NodeApi
 from lab.talos_node.call import Call
 from lab.talos_node.node import EmulatedNode
@@ -136,16 +137,17 @@ def _targets(node: EmulatedNode, method: Method, metadata: Any) -> tuple[list[st
     return targets, bool(nodes)
 
 
-def _resolve(node: EmulatedNode, target: str) -> EmulatedNode:
-    """The node a proxied call reaches: itself, or another node of the same Lab and cluster."""
+async def _resolve(node: EmulatedNode, target: str) -> EmulatedNode:
+    """The node a proxied call reaches: itself, or another node of the same Lab and cluster. A
+    crashed one is dialled until grpc-go gives up (the caller's deadline usually ends it first)."""
     if target in (node.address, node.hostname):
         return node
     other = node.registry.node(target)
+    if other is not None and other.mode == "crashed":
+        await asyncio.sleep(dial.DIAL_TIMEOUT)
+        raise GRPCError(Status.UNAVAILABLE, dial.timed_out(target, other.port))
     if other is None or not other.is_up:
-        raise GRPCError(
-            Status.UNAVAILABLE,
-            f'connection error: desc = "transport: Error while dialing: dial tcp {target}:50000: connect: connection refused"',
-        )
+        raise GRPCError(Status.UNAVAILABLE, dial.refused(target, node.port))
     if other.mode != "configured" or other.cluster_key != node.cluster_key:
         raise GRPCError(
             Status.UNAVAILABLE,
@@ -183,13 +185,13 @@ async def unary(node: EmulatedNode, method: Method, request: Any, metadata: Any,
     if targets is None:
         return await _handler(node, method)(call, request)
     if not fan_out:
-        target = _resolve(node, targets[0])
+        target = await _resolve(node, targets[0])
         await _admit_forwarded(target, node, method)
         return await _handler(target, method)(call, request)
     reply = method.reply()
     for name in targets:
         try:
-            target = _resolve(node, name)
+            target = await _resolve(node, name)
             await _admit_forwarded(target, node, method)
             part = await _handler(target, method)(call, request)
         except GRPCError as error:
@@ -208,14 +210,14 @@ async def stream(
     call.roles = _roles(node, method, peer_der)
     targets, fan_out = _targets(node, method, metadata)
     if targets is None or not fan_out:
-        target = node if targets is None else _resolve(node, targets[0])
+        target = node if targets is None else await _resolve(node, targets[0])
         await _admit_forwarded(target, node, method)
         async for message in _handler(target, method)(call, request):
             yield message
         return
     for name in targets:
         try:
-            target = _resolve(node, name)
+            target = await _resolve(node, name)
             await _admit_forwarded(target, node, method)
             async for message in _handler(target, method)(call, request):
                 if "metadata" in message.DESCRIPTOR.fields_by_name:

@@ -79,6 +79,39 @@ def is_ready(obj) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in (obj.status.conditions or []))
 
 
+def cni_agents(api: client.ApiClient) -> None:
+    """A DaemonSet labelled as Cilium's agent (kwok runs its pods), so the lab marks every Node's
+    network ready and the Nodes turn Ready without installing the chart."""
+    labels = {"app.kubernetes.io/part-of": "cilium", "k8s-app": "cilium"}
+    client.AppsV1Api(api).create_namespaced_daemon_set("kube-system", {
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "cilium", "labels": labels},
+        "spec": {"selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": {
+            "hostNetwork": True, "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "cilium-agent", "image": "lab.invalid/cilium-agent-stand-in:0"}]}}}},
+        _request_timeout=T)
+
+
+def crash_and_power_on(machine, survivor: TalosClient, core: client.CoreV1Api, api: client.ApiClient) -> None:
+    """A crashed machine's kubelet stops: the real node lifecycle controller marks its Node Unknown
+    and its pods not Ready (node-monitor-grace-period later), while etcd still lists its member.
+    Powered on, it plays again and its Node turns Ready."""
+    cni_agents(api)
+    wait_until("every Node Ready", lambda: all(map(is_ready, core.list_node(_request_timeout=T).items)), 90)
+    machine.crash()
+    assert machine.hostname in {m.hostname for m in survivor.etcd_members()}
+
+    def unknown_and_pods_not_ready() -> bool:
+        ready = [c for c in core.read_node(machine.hostname, _request_timeout=T).status.conditions or [] if c.type == "Ready"]
+        pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={machine.hostname}", _request_timeout=T).items
+        if ready and ready[0].status == "Unknown" and pods and not any(map(is_ready, pods)):
+            return True
+        raise AssertionError(f"Ready={ready[0].status if ready else None}, pods Ready: {[is_ready(p) for p in pods]}")
+
+    wait_until("the crashed machine's Node Unknown and its pods not Ready", unknown_and_pods_not_ready, 120)
+    machine.power_on()
+    wait_until("its Node Ready again", lambda: is_ready(core.read_node(machine.hostname, _request_timeout=T)), 90)
+
+
 PROGRAM = textwrap.dedent("""
     import pulumi
     import pulumi_kubernetes as k8s
@@ -183,6 +216,7 @@ def test_three_node_cluster_shares_one_control_plane_and_reset_stops_it(tools, b
             "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
         for other in addresses[1:]:
             assert not listening(other, 6443)
+        crash_and_power_on(lab.node(addresses[2]), first, core, api)
         api.close()
 
         first.reset(graceful=True, reboot=True, system_partitions=("STATE", "EPHEMERAL"))  # the node hosting the control plane leaves
