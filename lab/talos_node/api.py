@@ -252,7 +252,8 @@ class NodeApi:
         services.append(self._service("kubelet", "Running", chain is None or chain == config.k8s_trusted))
         if config.is_control_plane:  # Running but unhealthy: data of an etcd that lost its quorum
             state = self.node.registry.state(config.cluster_key)
-            etcd = etcd_service.service(state.standing(self.node.address), bootstrapped=state.bootstrapped)
+            etcd = etcd_service.service(state.standing(self.node.address),
+                                        bootstrapped=self.node.registry.has_quorum(config.cluster_key))
             services.append(self._service("etcd", etcd.state, etcd.healthy, etcd.events))
         services.sort(key=lambda s: s.id)
         return machine_pb2.ServiceListResponse(messages=[machine_pb2.ServiceList(services=services)])

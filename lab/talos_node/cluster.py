@@ -222,6 +222,18 @@ class ClusterRegistry(Generic[Node]):
             state.removed.discard(address)
             return bool(ids)
 
+    def has_quorum(self, key: str) -> bool:
+        """A majority of the members' machines run etcd: a member whose machine crashed, is off or
+        is rebooting does not answer, and without a majority etcd has no leader (every member
+        then reports itself unhealthy, as a real etcd's health check does)."""
+        with self._lock:
+            state = self._clusters.get(key)
+            if state is None or not state.bootstrapped:
+                return False
+            up = sum(1 for m in state.members.values()
+                     if (n := self._nodes.get(m.address)) is not None and n.mode in ("configured", "booting"))
+            return up * 2 > len(state.members)
+
     def etcd_standing(self, key: str, address: str) -> str:
         """etcd_service.MEMBER, REMOVED or NONE: what the node's etcd service can do."""
         with self._lock:

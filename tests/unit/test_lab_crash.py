@@ -139,3 +139,16 @@ def test_machines_without_power_have_no_kubelet():
         registry.add_node(FakeNode(f"127.0.99.{i}", mode=mode))
     sync = cluster_nodes.NodeSync(registry, KEY, "zone-a")
     assert sorted(n.mode for n in sync.holding()) == ["configured", "rebooting"]
+
+
+def test_etcd_loses_its_quorum_when_a_majority_of_member_machines_is_down():
+    registry, (cp1, cp2, cp3) = three_control_planes()
+    for n in (cp2, cp3):
+        registry.join(KEY, n)
+    assert registry.has_quorum(KEY)
+    cp3.mode = "crashed"
+    assert registry.has_quorum(KEY)  # two of three answer
+    cp2.mode = "crashed"
+    assert not registry.has_quorum(KEY)  # the survivor's etcd has no leader: unhealthy
+    cp2.mode = "configured"
+    assert registry.has_quorum(KEY)
