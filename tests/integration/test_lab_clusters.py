@@ -87,7 +87,10 @@ def cni_agents(api: client.ApiClient) -> None:
         "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "cilium", "labels": labels},
         "spec": {"selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": {
             "hostNetwork": True, "tolerations": [{"operator": "Exists"}],
-            "containers": [{"name": "cilium-agent", "image": "lab.invalid/cilium-agent-stand-in:0"}]}}}},
+            "containers": [{"name": "cilium-agent", "image": "lab.invalid/cilium-agent-stand-in:0",
+                            # as the chart's k8sServiceHost sets it: the agent reaches the API through KubePrism
+                            "env": [{"name": "KUBERNETES_SERVICE_HOST", "value": "localhost"},
+                                    {"name": "KUBERNETES_SERVICE_PORT", "value": "7445"}]}]}}}},
         _request_timeout=T)
 
 
@@ -96,7 +99,15 @@ def crash_and_power_on(machine, survivor: TalosClient, core: client.CoreV1Api, a
     and its pods not Ready (node-monitor-grace-period later), while etcd still lists its member.
     Powered on, it plays again and its Node turns Ready."""
     cni_agents(api)
-    wait_until("every Node Ready", lambda: all(map(is_ready, core.list_node(_request_timeout=T).items)), 90)
+    def every_node_ready() -> bool:
+        nodes = core.list_node(_request_timeout=T).items
+        if all(map(is_ready, nodes)):
+            return True
+        agents = core.list_namespaced_pod("kube-system", label_selector="k8s-app=cilium", _request_timeout=T).items
+        raise AssertionError(f"Nodes Ready: {[is_ready(n) for n in nodes]}; agents: "
+                             f"{[(p.spec.node_name, p.status.phase, is_ready(p)) for p in agents]}")
+
+    wait_until("every Node Ready", every_node_ready, 90)
     machine.crash()
     assert machine.hostname in {m.hostname for m in survivor.etcd_members()}
 
