@@ -230,9 +230,12 @@ class ClusterRegistry(Generic[Node]):
             state = self._clusters.get(key)
             if state is None or not state.bootstrapped:
                 return False
-            up = sum(1 for m in state.members.values()
-                     if (n := self._nodes.get(m.address)) is not None and n.mode in ("configured", "booting"))
-            return up * 2 > len(state.members)
+            return self._members_up(state) * 2 > len(state.members)
+
+    def _members_up(self, state: ClusterState) -> int:
+        """Members whose machine runs (not crashed, off or rebooting); call with the lock held."""
+        return sum(1 for m in state.members.values()
+                   if (n := self._nodes.get(m.address)) is not None and n.mode in ("configured", "booting"))
 
     def etcd_standing(self, key: str, address: str) -> str:
         """etcd_service.MEMBER, REMOVED or NONE: what the node's etcd service can do."""
@@ -264,7 +267,9 @@ class ClusterRegistry(Generic[Node]):
                 del state.members[i]
             state.data.discard(address)
             state.removed.discard(address)
-            if ids and state.bootstrapped and len(state.members) < before // 2 + 1:
+            # Only members whose machines run can keep the quorum: a wipe beside crashed members
+            # loses etcd as surely as wiping them (the wiped node then waits, Preparing).
+            if ids and state.bootstrapped and self._members_up(state) < before // 2 + 1:
                 state.bootstrapped = False
 
     def set_etcd(self, key: str, snapshotter: EtcdSnapshotter | None) -> None:

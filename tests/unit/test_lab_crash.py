@@ -152,3 +152,16 @@ def test_etcd_loses_its_quorum_when_a_majority_of_member_machines_is_down():
     assert not registry.has_quorum(KEY)  # the survivor's etcd has no leader: unhealthy
     cp2.mode = "configured"
     assert registry.has_quorum(KEY)
+
+
+def test_a_wipe_beside_crashed_members_loses_etcd_and_the_wiped_node_waits():
+    registry, (cp1, cp2, cp3) = three_control_planes()
+    for n in (cp2, cp3):
+        registry.join(KEY, n)
+    cp2.mode = cp3.mode = "crashed"
+    cp1.mode = "rebooting"
+    registry.wipe_etcd(KEY, cp1.address)  # the restore's wipe of the survivor
+    assert not registry.state(KEY).bootstrapped
+    cp1.mode = "booting"
+    registry.join(KEY, cp1)  # nothing to join: its etcd waits for a (recovery) bootstrap
+    assert registry.etcd_standing(KEY, cp1.address) == etcd_service.NONE

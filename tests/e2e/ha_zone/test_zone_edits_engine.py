@@ -27,14 +27,6 @@ from tests.e2e.cluster_lab import (REGION, address, all_nodes, calls, delta, mut
 SPARE = address(5)  # listed for the web pool beyond its replicas
 
 
-@pytest.fixture(scope="module")
-def zone_stack(cluster_lab, ha):
-    stack, _, _ = ha
-    if not ready(stack, "ha"):
-        pytest.skip("the HA zone did not come up (test_talos_cluster_engine)")
-    return stack, cluster_lab
-
-
 def settings(stack) -> dict:
     return yaml.safe_load(stack.config_file.read_text())
 
