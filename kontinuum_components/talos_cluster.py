@@ -193,6 +193,10 @@ class TalosCluster(pulumi.ComponentResource):
         self.kubeconfig_expires = kubeconfig.kubeconfigExpires
         self.control_plane_addresses = cp_addresses
         self.members = {p: [iname[m] for m in ms] for p, ms in members.items()}
+        # Every current member's address, control planes and workers, sorted: what is derived from
+        # membership (a host-network Gateway's addresses, its DNS records) takes it as an input.
+        self.member_addresses = pulumi.Output.all(*[address(m) for ms in members.values() for m in ms]).apply(
+            lambda found: sorted(set(found)))
         self.addons_ready = [cilium_healthy, cert_manager_healthy]
         self.register_outputs({"endpoint": self.endpoint, "controlPlaneReady": self.control_plane_ready,
                                "ready": self.ready, "members": self.members})

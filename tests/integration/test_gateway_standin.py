@@ -211,7 +211,7 @@ def test_product_wait_reads_what_the_standin_assigns(standin, api, kubeconfig):
     _config(api, **{"gateway-api-hostnetwork-enabled": "true"})
     _poll(standin)
     assert wait_addresses(kubeconfig, NS, "kontinuum", mode="hostNetwork", setting="zones[0].ingress", timeout=5,
-                          node_selector={}) == sorted(NODES.values())
+                          node_selector={}).addresses == sorted(NODES.values())
     with pytest.raises(GatewayNoAddress) as e:
         wait_addresses(kubeconfig, NS, "kontinuum", mode="hostNetwork", setting="zones[0].ingress", timeout=1,
                        node_selector={"role": "nothing"}, interval=0.5)
