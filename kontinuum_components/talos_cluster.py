@@ -196,7 +196,7 @@ class TalosCluster(pulumi.ComponentResource):
         # Every current member's address, control planes and workers, sorted: what is derived from
         # membership (a host-network Gateway's addresses, its DNS records) takes it as an input.
         self.member_addresses = pulumi.Output.all(*[address(m) for ms in members.values() for m in ms]).apply(
-            lambda found: sorted(set(found)))
+            lambda found: sorted({a for a in found if a}))
         self.addons_ready = [cilium_healthy, cert_manager_healthy]
         self.register_outputs({"endpoint": self.endpoint, "controlPlaneReady": self.control_plane_ready,
                                "ready": self.ready, "members": self.members})
