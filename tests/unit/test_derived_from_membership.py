@@ -161,3 +161,39 @@ def test_dns_refresh_is_bounded(monkeypatch, timeout):
     monkeypatch.setattr(rfc2136, "published", lambda _s, _h, _k, t: bounds.append(t) or {"A": [CP, LEFT], "AAAA": []})
     DnsRecordProvider().read("host", {**REC, "timeout": timeout})
     assert bounds == [min(timeout, 5.0)]
+
+
+class _Api:
+    def close(self):
+        pass
+
+
+class _Waker:
+    def __init__(self, *watched):
+        self.watched = watched
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+    def pause(self, seconds):
+        return False
+
+
+def test_at_its_bound_the_wait_publishes_the_members_that_came_or_fails_with_none(monkeypatch):
+    monkeypatch.setattr(gateways, "api_client", lambda *_a, **_k: _Api())
+    monkeypatch.setattr(gateways.watching, "Waker", _Waker)
+    looks = iter([Reach([], {}, "Accepted=True"), Reach([CP], {JOINED: "no Node has this address yet"}, "x")])
+    monkeypatch.setattr(gateways, "_observe", lambda *_a: next(looks, Reach([CP], {JOINED: "no Node yet"}, "x")))
+    args = dict(mode="hostNetwork", setting="zones[0].ingress", members=[CP, JOINED], interval=0.01)
+    reach = gateways.wait_addresses("k", "ns", "gw", timeout=0.05, **args)
+    assert reach.addresses == [CP] and reach.pending == {JOINED: "no Node yet"}
+    seen = "Accepted=True; no Ready member Node matches the (empty) node selector; member 192.0.2.3: no Node yet"
+    monkeypatch.setattr(gateways, "_observe", lambda *_a: Reach([], {JOINED: "no Node yet"}, seen))
+    with pytest.raises(gateways.GatewayNoAddress, match="no Ready member Node matches") as e:
+        gateways.wait_addresses("k", "ns", "gw", timeout=0.05, **args)
+    assert "member 192.0.2.3: no Node yet" in str(e.value) and "zones[0].ingress.nodeSelector" in str(e.value)
+    monkeypatch.setattr(gateways, "_observe", lambda *_a: Reach([CP, JOINED]))
+    assert gateways.wait_addresses("k", "ns", "gw", timeout=5, **args).addresses == [CP, JOINED]
