@@ -300,11 +300,12 @@ class DownstreamFootprint(pulumi.ComponentResource):
     def __init__(self, name: str, *, region: str, zone: model.Zone, hub: model.Hub,
                  zone_provider: k8s.Provider, hub_provider: k8s.Provider, zone_kubeconfig: pulumi.Input[str],
                  identity, depends_on=None, path: str = "zones[]", tsig_keys: dict | None = None,
-                 opts: pulumi.ResourceOptions | None = None):
+                 member_addresses: pulumi.Input[list] | None = None, opts: pulumi.ResourceOptions | None = None):
         """identity: a providers.zone_identity.ZoneIdentity (certificatePem, privateKeyPem, thumbprint).
         depends_on: what must be ready on the zone cluster first (cert-manager and Cilium healthy).
         path: the zone's place in the stack config (`zones[0]`), named by failures.
-        tsig_keys: kontinuum:dnsTsigKeys parsed (name -> TsigKey), for dns.mode rfc2136."""
+        tsig_keys: kontinuum:dnsTsigKeys parsed (name -> TsigKey), for dns.mode rfc2136.
+        member_addresses: the zone's current members' addresses, which a host-network Gateway serves on."""
         super().__init__("kontinuum:index:DownstreamFootprint", name, None, opts)
         z = zone.zone
         secret_data, cm_data = env_config(region, z, hub)  # raises before anything is registered
@@ -349,7 +350,8 @@ class DownstreamFootprint(pulumi.ComponentResource):
         exposure = Exposure(name, parent=self, zone=zone, host=host, dns_zone=zone.dns.zone or hub.dns_domain,
                             path=path, labels=labels(region, z), namespace=NAMESPACE, gateway_name=GATEWAY,
                             gateway=gateway, zone_kubeconfig=zone_kubeconfig,
-                            tsig_keys=tsig_keys or {}, on_zone=on_zone, depends_on=_as_list(depends_on))
+                            tsig_keys=tsig_keys or {}, on_zone=on_zone, depends_on=_as_list(depends_on),
+                            member_addresses=member_addresses)
         certificate = custom("certificate", certificate_manifest(region, z, hub), gateway)
         # The route exists before the readiness wait (seeds): the server is reachable over HTTPS
         # as soon as the certificate is issued, and nothing waits on a route created after it.

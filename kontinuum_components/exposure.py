@@ -97,12 +97,16 @@ def manual_dns_warning(zone: str, setting: str, host: str, lines: list[str]) -> 
 
 class Exposure:
     """addresses: Output[list[str]] (the Gateway's reachable addresses); records: Output[list[str]]
-    (the DNS records, zone-file form); waits: what the Certificate wait must come after."""
+    (the DNS records, zone-file form); waits: what the Certificate wait must come after.
+
+    Both follow membership (DESIGN §11): in host-network mode the members' addresses are an input
+    of the GatewayAddress wait, whose addresses feed the DNS record and the manual instructions."""
 
     def __init__(self, name: str, *, parent: pulumi.Resource, zone: model.Zone, host: str, dns_zone: str,
                  path: str, labels: dict, namespace: str, gateway_name: str, gateway: pulumi.Resource,
                  zone_kubeconfig: pulumi.Input[str], tsig_keys: dict,
-                 on_zone, depends_on: list):
+                 on_zone, depends_on: list, member_addresses: pulumi.Input[list] | None = None):
+        """member_addresses: the zone's current members' addresses (TalosCluster.member_addresses)."""
         ingress, dns = zone.ingress, zone.dns
         deps = []
         if ingress.mode == LOAD_BALANCER and ingress.addresses:
@@ -116,6 +120,7 @@ class Exposure:
             mode=ingress.mode, setting=f"{path}.ingress", timeout=float(zone.timeouts["gateway"]),
             node_selector=ingress.node_selector, pool=bool(ingress.addresses), fixed=ingress.address,
             trigger=gateway.metadata.apply(lambda md: f"{(md or {}).get('uid')}/{(md or {}).get('generation')}"),
+            members=member_addresses if ingress.mode == HOST_NETWORK else None,
             opts=pulumi.ResourceOptions(parent=parent, depends_on=[gateway, *deps]))
         self.addresses = wait.addresses
         self.records = wait.addresses.apply(lambda a: record_lines(host, list(a or []), dns.ttl))

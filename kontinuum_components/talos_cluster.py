@@ -203,6 +203,13 @@ class TalosCluster(pulumi.ComponentResource):
         self.kubeconfig_expires = kubeconfig.kubeconfigExpires
         self.control_plane_addresses = cp_addresses
         self.members = {p: [iname[m] for m in ms] for p, ms in members.items()}
+        # Every current member's address, control planes and workers, sorted: what is derived from
+        # membership (a host-network Gateway's addresses, its DNS records) takes it as an input. It
+        # resolves once every member's config is applied (their ids: known at a preview unless a
+        # machine joins), so a join that fails leaves the Gateway's wait to the next up.
+        current = [m for ms in members.values() for m in ms]
+        self.member_addresses = pulumi.Output.all(*[address(m) for m in current], *[apply_of[m].id for m in current]
+                                                  ).apply(lambda found: sorted({a for a in found[:len(current)] if a}))
         self.addons_ready = [cilium_healthy, cert_manager_healthy]
         self.register_outputs({"endpoint": self.endpoint, "controlPlaneReady": self.control_plane_ready,
                                "ready": self.ready, "members": self.members})

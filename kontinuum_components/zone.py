@@ -80,7 +80,7 @@ class Zone(pulumi.ComponentResource):
         footprint = DownstreamFootprint(
             name, region=region, zone=zone, hub=hub, zone_provider=cluster.provider, hub_provider=hub_provider,
             zone_kubeconfig=cluster.kubeconfig, identity=identity, depends_on=cluster.addons_ready, path=path,
-            tsig_keys=tsig_keys, opts=pulumi.ResourceOptions(parent=self))
+            tsig_keys=tsig_keys, member_addresses=cluster.member_addresses, opts=pulumi.ResourceOptions(parent=self))
         join = RegistryJoin(f"{name}-join", hub_kubeconfig=hub_kubeconfig, region=region, zone=zone.zone,
                             timeout=float(t["registryJoin"]), trigger=footprint.revision,
                             zone_kubeconfig=cluster.kubeconfig,

@@ -37,8 +37,9 @@ class ApiClient(client.ApiClient):
         return instance
 
 
-def api_client(kubeconfig: str, *, context: str | None = None) -> client.ApiClient:
-    """An ApiClient for the kubeconfig's current (or given) context."""
+def api_client(kubeconfig: str, *, context: str | None = None, retries: int | None = None) -> client.ApiClient:
+    """An ApiClient for the kubeconfig's current (or given) context; `retries` (e.g. 0 for a
+    one-look read) overrides urllib3's default of retrying a failed connection three times."""
     try:
         data = yaml.safe_load(kubeconfig)
     except yaml.YAMLError as e:
@@ -47,6 +48,8 @@ def api_client(kubeconfig: str, *, context: str | None = None) -> client.ApiClie
         raise ConfigError("kubeconfig", "no clusters in it; pass the admin kubeconfig of the cluster")
     configuration = type.__call__(client.Configuration)
     config.load_kube_config_from_dict(data, context=context, client_configuration=configuration)
+    if retries is not None:
+        configuration.retries = retries
     return ApiClient(configuration=configuration)
 
 

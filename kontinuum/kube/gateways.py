@@ -7,11 +7,17 @@ ClusterIP and the status is copied from load-balancer ingress only: cilium/ciliu
 Envoy does listen on the selected nodes; so in host-network mode an Accepted Gateway is
 reachable at the InternalIPs of the Ready nodes its node selector picks. Without either, the wait
 fails at its bound naming the ingress setting to choose, long before a certificate timeout would.
+
+Those nodes are the zone's members (DESIGN §11): given the members' addresses, a Node counts only
+if one of its InternalIPs is a member's, so a machine that left drops out at once (its Node stays
+Ready until its teardown, which runs after this), and the wait lasts until every member has a
+Node, Ready where the selector picks it, so one that joined is in.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -24,6 +30,7 @@ GW_GROUP, GW_VERSION = "gateway.networking.k8s.io", "v1"
 SERVICE_PREFIX = "cilium-gateway-"
 LB_CONDITION = "cilium.io/IPAMRequestSatisfied"
 REQUEST_TIMEOUT = 15.0
+READ_TIMEOUT = 5.0  # each request of a refresh's one look
 
 
 class GatewayNoAddress(KontinuumError):
@@ -55,16 +62,45 @@ def accepted(gw: dict) -> bool:
     return _current(gw, condition(gw, "Accepted"))
 
 
+def _internal_ips(node: dict) -> list[str]:
+    return [a["address"] for a in (node.get("status") or {}).get("addresses") or [] if a.get("type") == "InternalIP"]
+
+
+def _ready(node: dict) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (node.get("status") or {}).get("conditions") or [])
+
+
+def _selected(node: dict, selector: dict) -> bool:
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
 def node_addresses(nodes: list[dict], selector: dict) -> list[str]:
     """InternalIPs of the Ready nodes carrying every label of `selector`, sorted."""
-    out = []
-    for n in nodes:
-        labels = (n.get("metadata") or {}).get("labels") or {}
-        status = n.get("status") or {}
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-        if ready and all(labels.get(k) == v for k, v in selector.items()):
-            out += [a["address"] for a in status.get("addresses") or [] if a.get("type") == "InternalIP"]
-    return sorted(set(out))
+    return sorted({a for n in nodes if _ready(n) and _selected(n, selector) for a in _internal_ips(n)})
+
+
+def member_addresses(nodes: list[dict], selector: dict, members: list[str]) -> tuple[list[str], dict[str, str]]:
+    """(InternalIPs of the Ready selected Nodes of members, sorted; {member: why it is still to
+    come}). A member is still to come while no Node has its address, or while its Node is picked
+    by the selector and not Ready; a member whose Node the selector does not pick is settled."""
+    found: set[str] = set()
+    pending: dict[str, str] = {}
+    for member in sorted(set(members)):
+        own = [n for n in nodes if member in _internal_ips(n)]
+        serving = [n for n in own if _selected(n, selector) and _ready(n)]
+        for n in serving:
+            found.update(_internal_ips(n))
+        if not own:
+            pending[member] = "no Node has this address yet"
+        elif not serving and any(_selected(n, selector) for n in own):
+            pending[member] = f"Node {(own[0].get('metadata') or {}).get('name')} is not Ready"
+    return sorted(found), pending
+
+
+def describe_pending(pending: dict[str, str]) -> str:
+    return "; ".join(f"member {m}: {why}" for m, why in sorted(pending.items()))
 
 
 def describe(gw: dict | None) -> str:
@@ -97,24 +133,40 @@ def remedy(mode: str, setting: str, *, pool: bool, fixed: str | None, selector: 
 # -- I/O ------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Reach:
+    """One look at the Gateway: its reachable addresses, the members still to come (host network
+    with a member set only) and, while either falls short, what was seen."""
+
+    addresses: list[str]
+    pending: dict[str, str] = field(default_factory=dict)
+    seen: str = ""
+
+
 def wait_addresses(kubeconfig: str, namespace: str, name: str, *, mode: str, setting: str, timeout: float,
                    node_selector: dict | None = None, pool: bool = False, fixed: str | None = None,
-                   interval: float = 2.0) -> list[str]:
-    """Block (bounded) until the Gateway is reachable; returns its addresses. Looks again as soon
-    as the Gateway changes (a watch), at the latest every `interval`."""
+                   members: list[str] | None = None, interval: float = 2.0) -> Reach:
+    """Block (bounded) until the Gateway is reachable and, given `members`, every member is
+    settled; returns what it found. At the bound, a Gateway reachable on some members comes back
+    with the rest in `pending` (published now, waited for again later); one reachable nowhere
+    fails. Looks again as soon as the Gateway (or a Node) changes, at the latest every `interval`."""
     api = api_client(kubeconfig)
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
     selector = dict(node_selector or {})
     deadline = time.monotonic() + timeout
-    last = "no observation yet"
-    watched = watching.custom_objects(GW_GROUP, GW_VERSION, "gateways", namespace, name)
+    last, partial = "no observation yet", None
+    watched = [(kubeconfig, watching.custom_objects(GW_GROUP, GW_VERSION, "gateways", namespace, name))]
+    if members is not None:
+        watched.append((kubeconfig, watching.Source(client.CoreV1Api, "list_node")))
     try:
-        with watching.Waker((kubeconfig, watched)) as waker:
+        with watching.Waker(*watched) as waker:
             while True:
                 try:
-                    found, last = _observe(api, custom, core, namespace, name, mode, selector, fixed)
-                    if found:
-                        return found
+                    reach = _observe(api, custom, core, namespace, name, mode, selector, fixed, members)
+                    if reach.addresses and not reach.pending:
+                        return reach
+                    last = reach.seen
+                    partial = reach if reach.addresses else None
                 except ApiException as e:
                     last = "the Gateway does not exist" if e.status == 404 else \
                         f"cannot read the Gateway (HTTP {e.status} {e.reason})"
@@ -122,6 +174,8 @@ def wait_addresses(kubeconfig: str, namespace: str, name: str, *, mode: str, set
                     last = f"cannot read the Gateway ({describe_error(e)})"
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
+                    if partial is not None:
+                        return partial
                     raise GatewayNoAddress(
                         f"Gateway {namespace}/{name} has no address after {timeout:g} s ({last}). "
                         f"{remedy(mode, setting, pool=pool, fixed=fixed, selector=selector)}. "
@@ -131,31 +185,57 @@ def wait_addresses(kubeconfig: str, namespace: str, name: str, *, mode: str, set
         api.close()
 
 
-def _observe(api, custom, core, namespace: str, name: str, mode: str, selector: dict,
-             fixed: str | None) -> tuple[list[str], str]:
-    """(reachable addresses or [], what was seen)."""
+def observe_addresses(kubeconfig: str, namespace: str, name: str, *, mode: str, node_selector: dict | None = None,
+                      fixed: str | None = None, members: list[str] | None = None,
+                      request_timeout: float = READ_TIMEOUT) -> Reach:
+    """One look, no wait (a refresh): each request bounded and never retried. A missing Gateway
+    is an answer (reachable nowhere); a cluster that does not answer raises."""
+    api = api_client(kubeconfig, retries=0)
+    try:
+        return _observe(api, client.CustomObjectsApi(api), client.CoreV1Api(api), namespace, name, mode,
+                        dict(node_selector or {}), fixed, members, request_timeout)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        return Reach([], {}, "the Gateway does not exist")
+    finally:
+        api.close()
+
+
+def _observe(api, custom, core, namespace: str, name: str, mode: str, selector: dict, fixed: str | None,
+             members: list[str] | None, request_timeout: float = REQUEST_TIMEOUT) -> Reach:
     gw = custom.get_namespaced_custom_object(GW_GROUP, GW_VERSION, namespace, "gateways", name,
-                                             _request_timeout=REQUEST_TIMEOUT)
+                                             _request_timeout=request_timeout)
+    if mode == "hostNetwork" and members is not None:
+        # The members' Nodes, whatever the status says: a status address (where a Cilium reports
+        # one) follows the Nodes late, and a machine that left is still Ready until its teardown.
+        if not accepted(gw):
+            return Reach([], {}, describe(gw))
+        nodes = api.sanitize_for_serialization(core.list_node(_request_timeout=request_timeout).items)
+        found, pending = member_addresses(nodes, selector, members)
+        chosen = selector or "the (empty) node selector"
+        seen = [] if found else [describe(gw), f"no Ready member Node matches {chosen}"]
+        return Reach(found, pending, "; ".join(seen + ([describe_pending(pending)] if pending else [])))
     found = programmed_addresses(gw)
     if found and (not fixed or fixed in found):
-        return found, ""
+        return Reach(found)
     seen = describe(gw)
     if mode == "hostNetwork" and accepted(gw):
-        nodes = api.sanitize_for_serialization(core.list_node(_request_timeout=REQUEST_TIMEOUT).items)
+        nodes = api.sanitize_for_serialization(core.list_node(_request_timeout=request_timeout).items)
         found = node_addresses(nodes, selector)
         if found:
-            return found, ""
+            return Reach(found)
         seen += f"; no Ready node matches {selector or 'the (empty) node selector'}"
     elif mode == "loadBalancer":
-        seen += _service_condition(core, namespace, name)
-    return [], seen
+        seen += _service_condition(core, namespace, name, request_timeout)
+    return Reach([], {}, seen)
 
 
-def _service_condition(core: client.CoreV1Api, namespace: str, gateway: str) -> str:
+def _service_condition(core: client.CoreV1Api, namespace: str, gateway: str, request_timeout: float) -> str:
     """`; Service …: <LB-IPAM condition>` for the message (best effort)."""
     name = (SERVICE_PREFIX + gateway)[:63]
     try:
-        svc = core.read_namespaced_service(name, namespace, _request_timeout=REQUEST_TIMEOUT)
+        svc = core.read_namespaced_service(name, namespace, _request_timeout=request_timeout)
     except Exception:  # noqa: BLE001 - for the message only
         return ""
     for c in (svc.status.conditions if svc.status else None) or []:

@@ -211,7 +211,7 @@ def test_product_wait_reads_what_the_standin_assigns(standin, api, kubeconfig):
     _config(api, **{"gateway-api-hostnetwork-enabled": "true"})
     _poll(standin)
     assert wait_addresses(kubeconfig, NS, "kontinuum", mode="hostNetwork", setting="zones[0].ingress", timeout=5,
-                          node_selector={}) == sorted(NODES.values())
+                          node_selector={}).addresses == sorted(NODES.values())
     with pytest.raises(GatewayNoAddress) as e:
         wait_addresses(kubeconfig, NS, "kontinuum", mode="hostNetwork", setting="zones[0].ingress", timeout=1,
                        node_selector={"role": "nothing"}, interval=0.5)
@@ -227,3 +227,60 @@ def test_product_wait_reads_what_the_standin_assigns(standin, api, kubeconfig):
     assert "Gateway kontinuum-system/kontinuum has no address after 1 s" in message
     assert "Programmed=False (AddressNotAssigned: Gateway waiting for address)" in message
     assert "no_pool" in message and "set zones[1].ingress.addresses" in message and "mode: hostNetwork" in message
+
+
+def test_the_wait_and_the_refresh_follow_membership(standin, api, kubeconfig):
+    """Issue 27: in host-network mode only the members' Nodes serve. A machine that left drops out
+    while its Node is still Ready; the wait lasts until a joined member's Node is Ready (woken by
+    the Node watch), or publishes the members that came at its bound; a refresh looks once."""
+    import threading
+    import time
+
+    from kontinuum.kube.gateways import observe_addresses, wait_addresses
+    from providers.gateway_address import GatewayAddressProvider
+
+    core = client.CoreV1Api(api)
+    _config(api, **{"gateway-api-hostnetwork-enabled": "true"})
+    _poll(standin)
+    n1, n2, n3 = NODES["n1"], NODES["n2"], "127.0.40.13"
+    wait = dict(mode="hostNetwork", setting="zones[0].ingress", node_selector={})
+    assert wait_addresses(kubeconfig, NS, "kontinuum", timeout=5, members=[n1, n2], **wait).addresses == [n1, n2]
+
+    # n2 is replaced by n3, whose Node registers a moment later; n2's Node is still Ready.
+    later = threading.Timer(1.5, lambda: core.create_node({"metadata": {"name": "n3"}, "status": {
+        "addresses": [{"type": "InternalIP", "address": n3}],
+        "conditions": [{"type": "Ready", "status": "True", "reason": "lab", "message": "lab"}]}}, _request_timeout=T))
+    started = time.monotonic()
+    later.start()
+    try:
+        reach = wait_addresses(kubeconfig, NS, "kontinuum", timeout=20, members=[n1, n3], interval=5, **wait)
+    finally:
+        later.join()
+    took = time.monotonic() - started
+    assert reach.addresses == [n1, n3] and reach.pending == {} and 1.5 <= took < 5, took  # the watch woke it
+    one_look = dict(mode="hostNetwork", node_selector={}, members=[n1, n3])
+    assert observe_addresses(kubeconfig, NS, "kontinuum", **one_look).addresses == [n1, n3]
+
+    # A refresh records what it reads; the next up follows (the diff plans nothing new for the wait).
+    p = GatewayAddressProvider()
+    recorded = {"kubeconfig": kubeconfig, "namespace": NS, "name": "kontinuum", "setting": "zones[0].ingress",
+                "timeout": 5, "nodeSelector": {}, "pool": False, "fixed": None, "trigger": "u/1", "mode": "hostNetwork",
+                "members": [n1, n3], "addresses": [n1, n2], "pending": []}
+    assert p.read("kontinuum-system/kontinuum", recorded).outs["addresses"] == [n1, n3]
+
+    # A member whose Node never comes: at the bound the others are published, it is pending.
+    core.delete_node("n3", _request_timeout=T)
+    reach = wait_addresses(kubeconfig, NS, "kontinuum", timeout=1, members=[n1, n3], interval=0.5, **wait)
+    assert reach.addresses == [n1] and reach.pending == {n3: "no Node has this address yet"}
+    outs = p.update("kontinuum-system/kontinuum", recorded, {**recorded, "timeout": 1}).outs
+    assert outs["addresses"] == [n1] and outs["pending"] == [n3] and p.diff("id", outs, recorded).changes
+
+    # A cluster that does not answer: one bounded look, the record kept.
+    silent = kubeconfig.replace(urlparse_server(kubeconfig), "https://127.0.40.2:1")
+    started = time.monotonic()
+    assert p.read("kontinuum-system/kontinuum", {**recorded, "kubeconfig": silent}).outs["addresses"] == [n1, n2]
+    assert time.monotonic() - started < 10
+
+
+def urlparse_server(kubeconfig: str) -> str:
+    return yaml.safe_load(kubeconfig)["clusters"][0]["cluster"]["server"]

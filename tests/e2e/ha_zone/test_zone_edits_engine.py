@@ -157,6 +157,10 @@ def test_removing_a_machine_resets_exactly_that_machine(zone_stack):
     assert not [s for s in steps if s[1] == "member" and s[2] not in (machine(gone), machine(SPARE))], steps
     converge(stack, touched={gone: {"Reset"}, SPARE: {"ApplyConfiguration"}})
     assert node_state(gone)["mode"] == "maintenance" and node_state(address(4))["mode"] == "configured"
+    # Issue 27: the host-network Gateway's addresses and the DNS records follow: the spare, not the one that left.
+    out = stack.outputs()["zones"]["ha"]
+    assert [SPARE in a and gone not in a for a in (out["addresses"], [r.split()[-1] for r in out["dns"]["records"]])
+            ] == [True, True], out
 
 
 def test_instance_deleted_out_of_band_then_an_unrelated_edit_resets_nothing(zone_stack):
