@@ -95,7 +95,7 @@ def test_printer_columns_render(custom):
         header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
         response_type="object", _return_http_data_only=True, _request_timeout=T,
     )
-    assert [c["name"] for c in table["columnDefinitions"]][1:] == ["Claimed-By", "Discovered", "Talos", "Age"]
+    assert [c["name"] for c in table["columnDefinitions"]][1:] == ["Claimed-By", "Lost", "Discovered", "Talos", "Age"]
 
 
 def test_hub_starts_restarts_and_keeps_its_data(tools_bin, tmp_path):

@@ -132,3 +132,15 @@ def test_members_keep_their_slot_across_scale_up_and_down(inv):
     assert grown == ["slot-b", "slot-a", "slot-c"]  # survivors first, newcomers in name order
     shrunk = inv.claim("pool-slot", {"test": "slot"}, 1, order=grown)
     assert [m.name for m in shrunk.members] == ["slot-b"] and shrunk.released == ["slot-a", "slot-c"]
+
+
+def test_the_lost_mark_follows_the_registrant_and_keeps_the_claim(inv):
+    from kontinuum.hub.crds import LABEL_LOST
+
+    (name,) = _make(inv, "lost", 1)
+    inv.claim("pool-lost", {"test": "lost"}, 1)
+    inv.register(name, ["127.0.9.1", "127.0.9.2"], {"test": "lost", LABEL_LOST: "true"})
+    assert inv.get(name)["metadata"]["labels"][LABEL_LOST] == "true"
+    inv.register(name, ["127.0.9.1", "127.0.9.2"], {"test": "lost"})  # no longer declared lost
+    labels = inv.get(name)["metadata"]["labels"]
+    assert LABEL_LOST not in labels and labels[LABEL_CLAIMED_BY] == "pool-lost"
