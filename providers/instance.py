@@ -48,6 +48,12 @@ def check_instance(news: dict[str, Any]) -> list[CheckFailure]:
     return failures
 
 
+def _labels_lost(props: dict) -> bool:
+    from kontinuum.hub.crds import LABEL_LOST
+
+    return (props.get("labels") or {}).get(LABEL_LOST) == "true"
+
+
 class InstanceProvider(ResourceProvider):
     """Stateless: everything it needs arrives in the inputs, credentials as secrets."""
 
@@ -65,7 +71,8 @@ class InstanceProvider(ResourceProvider):
         inv = _inventory(props["hubKubeconfig"])
         obj = inv.register(props["name"], props["interfaces"], props.get("labels") or {})
         status = recorded(obj)
-        if fresh or not status["discovered"]:
+        # A machine declared lost is never probed: it is dead, and waiting on it is what `lost` avoids.
+        if (fresh or not status["discovered"]) and not _labels_lost(props):
             status = _probe(inv, props["name"], props, raise_if_unreachable=True)
         return {**props, **status}
 
@@ -83,7 +90,7 @@ class InstanceProvider(ResourceProvider):
         if obj is None:
             return ReadResult(id_=None, outs={})  # gone from the hub: Pulumi drops it from state
         status = recorded(obj)
-        if not status["discovered"]:
+        if not status["discovered"] and not _labels_lost(props):
             status = _probe(inv, id_, props, raise_if_unreachable=False)
         return ReadResult(id_=id_, outs={**props, **status})
 

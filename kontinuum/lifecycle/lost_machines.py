@@ -172,10 +172,12 @@ def delete_nodes(new: list[LostMachine], kubeconfig: str | None, zone: str, log:
 
 
 def reset_returned(handled: list[LostMachine], client_for: ClientFor, zone: str, log: Callable[[str], None],
-                   after_reset: Callable[[LostMachine], None]) -> list[str]:
+                   after_reset: Callable[[LostMachine], None],
+                   remove_nodes: Callable[[list[LostMachine]], None]) -> list[str]:
     """A lost machine that answers again with this cluster's config is reset to maintenance mode
     (STATE + EPHEMERAL, not graceful: it is no member to leave); `after_reset` waits for it there
-    and records its new maintenance certificate, which a later apply to it needs. The addresses reset."""
+    and records its new maintenance certificate, which a later apply to it needs, and the Node
+    its kubelet registered again meanwhile goes. The addresses reset."""
     reset = []
     for m in handled:
         client = client_for(m.address)
@@ -186,6 +188,7 @@ def reset_returned(handled: list[LostMachine], client_for: ClientFor, zone: str,
         log(f"zone {zone}: lost machine {m.path} ({m.address}) answers again with its old config and secrets; reset "
             "it to maintenance mode so it cannot rejoin. Remove `lost: true` to use it again")
         after_reset(m)
+        remove_nodes([m])
         reset.append(m.address)
     return reset
 
@@ -202,5 +205,5 @@ def take_out(lost: list[LostMachine], handled: set[str], *, client_for: ClientFo
     remove_members(new, old, client_for=client_for, control_planes=control_planes, zone=zone, log=log)
     if new:
         remove_nodes(new)
-    reset = reset_returned(old, client_for, zone, log, after_reset)
+    reset = reset_returned(old, client_for, zone, log, after_reset, remove_nodes)
     return {"handled": sorted(m.name for m in lost), "reset": reset}
