@@ -16,7 +16,8 @@ pytest_plugins = ["tests.figures"]  # the suite's own figures, when asked for (b
 # worker, one module after the other. Every other module is a group of its own, so its
 # module-scoped labs are never started twice.
 SHARED_ADDRESSES = {
-    "lab33": ("e2e/ha_zone/test_talos_cluster_engine.py", "e2e/ha_zone/test_zone_edits_engine.py"),  # the HA zone's lab
+    "lab33": ("e2e/ha_zone/test_talos_cluster_engine.py", "e2e/ha_zone/test_zone_edits_engine.py",
+              "e2e/ha_zone/test_zone_losses_engine.py"),  # the HA zone's lab
     "net21": ("e2e/test_pools_engine.py", "integration/test_talos_api.py", "integration/test_talos_providers.py"),
     "net9": ("integration/test_inventory.py", "integration/test_members.py", "integration/test_registry_join.py"),
     "lab-defaults": ("integration/test_lab_cli.py", "integration/test_lab_clusters.py", "integration/test_hub_crds.py",
@@ -29,7 +30,7 @@ SHARED_ADDRESSES = {
 }
 GROUP_OF = {module: group for group, modules in SHARED_ADDRESSES.items() for module in modules}
 # The longest serial groups start first, one per worker: the kill chains (two modules of ~15 min,
-# each with a lab of its own) and the HA zone's two modules (tests/e2e/ha_zone/). Every other group keeps
+# each with a lab of its own) and the HA zone's modules (tests/e2e/ha_zone/). Every other group keeps
 # xdist's own order (most tests first); `make test` passes --no-loadscope-reorder so that this
 # order holds. xdist also hands a worker whose first group has at most two tests a second group at
 # once, which then waits behind it: the smallest unit-test modules go there, not a long group.
