@@ -282,6 +282,7 @@ class CertIssuer(PollingStandin):
         x = x509.load_pem_x509_certificate(leaf.crt)
         not_before, not_after = x.not_valid_before_utc, x.not_valid_after_utc
         ready = condition(cert, "Ready")
+        self.issued.append(f"{ns}/{name}")  # before Ready shows: a waiter on Ready then sees it here
         self._patch_status(ns, name, {
             "conditions": [_new_condition("Ready", "True", READY_REASON, READY_MESSAGE, md.get("generation"), ready)],
             "notBefore": _rfc3339(not_before),
@@ -289,6 +290,5 @@ class CertIssuer(PollingStandin):
             "renewalTime": _rfc3339(not_after - (not_after - not_before) / 3),
             "revision": int(cert.get("status", {}).get("revision") or 0) + 1,
         })
-        self.issued.append(f"{ns}/{name}")
         self.log.info("(lab stand-in) %s: issued Certificate %s/%s into Secret %s (lab CA, not ACME)",
                       self.cluster, ns, name, spec["secretName"])
