@@ -88,7 +88,8 @@ def program(tmp_path_factory) -> dict:
     configs = [{"region": "eu", "hub": hub, "zones": [z]} for z in (
         _zone("before", [CP, worker(LEFT), worker(SPARE)], **addons),  # LEFT serves, SPARE waits
         _zone("after", [CP, worker(SPARE)], **addons),  # LEFT replaced by its spare
-        _zone("lb", [CP, worker(LEFT)], ingress={"mode": "loadBalancer", "addresses": ["127.0.0.200/32"]}, **addons))]
+        _zone("lb", [CP, worker(LEFT)], ingress={"mode": "loadBalancer", "addresses": ["127.0.0.200/32"]}, **addons),
+        _zone("lost", [CP, {**worker(LEFT), "lost": True}, worker(SPARE)], **addons))]  # LEFT declared dead
     prog = tmp / "program.py"
     prog.write_text(_PROGRAM)
     out = subprocess.run([sys.executable, str(prog), json.dumps(configs)], capture_output=True, text=True, cwd=ROOT,
@@ -110,3 +111,17 @@ def test_the_gateway_wait_gets_the_current_members_and_the_records_follow(progra
 def test_a_load_balancer_zone_takes_no_member_set(program):
     assert program["inputs"]["eu-lb-gateway-address"].get("members") is None
     assert program["zones"]["lb"][1] == ["127.0.0.200"]
+
+
+def test_a_lost_machine_is_named_only_by_its_instance_and_the_zone_s_lost_machines(program):
+    """Nothing day 2 runs (config applies, Talos and Kubernetes rollouts, CA rotation, the health
+    check, the Gateway wait) ever gets a machine declared lost: its spare takes its place."""
+    from kontinuum.naming import instance_name
+
+    naming = {name for name, given in program["inputs"].items() if name.startswith("eu-lost") and LEFT in json.dumps(given)}
+    lost = instance_name("eu", "lost", LEFT)
+    assert naming == {lost, "eu-lost-lost-machines"}, naming
+    assert program["inputs"][lost]["labels"]["kontinuum.sh/lost"] == "true"
+    assert program["inputs"]["eu-lost-lost-machines"]["lost"] == [
+        {"name": lost, "address": LEFT, "role": "worker", "path": "zones[0].talosAddresses[1]"}]
+    assert program["zones"]["lost"][0] == [CP, SPARE]
