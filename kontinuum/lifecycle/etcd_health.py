@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from urllib.parse import urlsplit
 
 from kontinuum.errors import KontinuumError
-from kontinuum.talos.answers import EtcdMember
+from kontinuum.talos.answers import EtcdMember, ServiceStatus
 from kontinuum.talos.errors import TalosError
 from kontinuum.talos.waits import NotYet, WaitTimeout, wait_until
 
@@ -31,6 +31,12 @@ def member_address(member: EtcdMember) -> str:
         if host:
             return host
     return member.hostname
+
+
+def running_healthy(services: Iterable[ServiceStatus]) -> bool:
+    """The node's etcd service is Running and healthy (ServiceList)."""
+    etcd = next((s for s in services if s.id == "etcd"), None)
+    return etcd is not None and etcd.state == "Running" and etcd.healthy is True
 
 
 def members(client_for: ClientFor, control_planes: Iterable[str], left: float) -> list[EtcdMember]:
@@ -67,8 +73,8 @@ def problem(client_for: ClientFor, control_planes: list[str], left: float) -> st
         except TalosError as e:
             problems.append(f"{name} does not answer: {e.problem}")
             continue
-        etcd = next((s for s in services if s.id == "etcd"), None)
-        if etcd is None or etcd.state != "Running" or etcd.healthy is not True:
+        if not running_healthy(services):
+            etcd = next((s for s in services if s.id == "etcd"), None)
             state = "absent" if etcd is None else f"{etcd.state}, healthy={etcd.healthy}"
             problems.append(f"{name} is not healthy (etcd service: {state})")
     return "; ".join(problems) or None

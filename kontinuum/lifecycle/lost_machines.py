@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from grpclib.const import Status
 
 from kontinuum.errors import KontinuumError
-from kontinuum.lifecycle.etcd_health import member_address
+from kontinuum.lifecycle.etcd_health import member_address, running_healthy
 from kontinuum.talos.answers import EtcdMember
 from kontinuum.talos.errors import NodeUnreachableError, TalosError, TalosTimeoutError, TlsTrustError
 
@@ -87,8 +87,7 @@ def _healthy_members(client_for: ClientFor, addresses: Iterable[str]) -> set[str
             services = client.service_list(timeout=min(PROBE_TIMEOUT * 2, client.deadlines.service_list))
         except TalosError:
             continue
-        etcd = next((s for s in services if s.id == "etcd"), None)
-        if etcd is not None and etcd.state == "Running" and etcd.healthy is True:
+        if running_healthy(services):
             healthy.add(address)
     return healthy
 
