@@ -56,6 +56,10 @@ class TalosCluster(pulumi.ComponentResource):
             # Known to the program for one address; the discovered one when several are listed.
             return m.addresses[0] if len(m.addresses) == 1 else instances[m].address
 
+        def lost_address(m: Machine) -> pulumi.Input[str]:
+            # A lost machine is never probed: the one it answered on, else its first address.
+            return m.addresses[0] if len(m.addresses) == 1 else instances[m].address.apply(lambda a: a or m.addresses[0])
+
         def pool(p: Pool, after: list[pulumi.Resource]) -> InstancePool:
             return InstancePool(
                 f"{name}-{p.name}",
@@ -93,7 +97,7 @@ class TalosCluster(pulumi.ComponentResource):
         lost = LostMachines(
             f"{name}-lost-machines", zone=name, control_planes=cp_addresses, talosconfig=talosconfig,
             hub_kubeconfig=hub_kubeconfig, talos_port=zone.talos_port, timeout=float(t["teardown"]),
-            lost=[{"name": iname[m], "address": address(m), "role": "controlplane" if m.pool == zone.control_plane.name
+            lost=[{"name": iname[m], "address": lost_address(m), "role": "controlplane" if m.pool == zone.control_plane.name
                    else "worker", "path": f"{zone.path}.talosAddresses[{i}]"}
                   for i, m in enumerate(zone.machines) if m.lost],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[instances[m] for m in zone.machines if m.lost]))
