@@ -99,8 +99,11 @@ def etcd_states(access: ZoneAccess, lost: frozenset[str] = frozenset()) -> Surve
             continue
         try:
             services = access.client(node).service_list(timeout=CALL_TIMEOUT)
-        except TlsTrustError:
-            new.append(node)  # not this cluster's member (maintenance mode): configured by `pulumi up`
+        except TlsTrustError as exc:
+            if _in_maintenance(access, node):  # a new machine: `pulumi up` configures it after the restore
+                new.append(node)
+            else:
+                problems.append(f"{node}: {exc}")
             continue
         except TalosError as exc:
             problems.append(f"{node}: {exc}")
@@ -119,6 +122,17 @@ def etcd_states(access: ZoneAccess, lost: frozenset[str] = frozenset()) -> Surve
                           f"config ({', '.join(new) or 'none'} answer in maintenance mode only); restore onto at least "
                           "one configured control plane. Nothing was wiped.")
     return Survey(states, tuple(sorted(n for n in access.control_planes if n in lost)), tuple(new))
+
+
+def _in_maintenance(access: ZoneAccess, node: str) -> bool:
+    """The node answers in maintenance mode (never configured, or reset): no etcd to keep alive."""
+    from kontinuum.talos.client import TalosClient
+
+    try:
+        TalosClient.maintenance(node, port=access.talos_port).discover(timeout=CALL_TIMEOUT)
+    except TalosError:
+        return False
+    return True
 
 
 def healthy(states: dict[str, str]) -> list[str]:
