@@ -11,7 +11,7 @@ import pulumi
 from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, DiffResult, ResourceProvider, UpdateResult
 
 from providers.common import TypedResource, with_secret_outputs
-from providers.talos_common import cluster_kubeconfig, info, known, maintenance_client, node_client, warn
+from providers.talos_common import cluster_kubeconfig, info, known, node_client, warn
 
 ROLES = ("controlplane", "worker")
 
@@ -40,24 +40,13 @@ def diff_lost(olds: dict, news: dict) -> DiffResult:
 
 
 def _back_in_maintenance(props: dict, machine) -> None:
-    """Wait (bounded by `timeout`) for a reset lost machine in maintenance mode, and record its
-    new maintenance certificate on its Instance: the next apply to it pins that one."""
-    from kontinuum.hub.discovery import record_found
-    from kontinuum.hub.inventory import Inventory
-    from kontinuum.talos.errors import TalosError
-    from kontinuum.talos.waits import NotYet, wait_until
+    """A reset lost machine back in maintenance mode, its new certificate recorded (the teardown's wait)."""
+    from providers.node_teardown import back_in_maintenance
 
-    def back(left: float):
-        client = maintenance_client({**props, "address": machine.address})
-        try:
-            return client.discover(timeout=min(left, client.deadlines.discover))
-        except TalosError as exc:
-            raise NotYet(exc.problem) from exc
-
-    found = wait_until(f"lost machine {machine.address} back in maintenance mode after its reset", back,
-                       timeout=float(props["timeout"]),
-                       remedy="It may still be wiping its disk: run `pulumi up` again (a reset machine is not reset twice).")
-    record_found(Inventory.from_kubeconfig(props["hubKubeconfig"]), machine.name, found)
+    back_in_maintenance({**props, "address": machine.address, "instance": machine.name},
+                        f"lost machine {machine.address} back in maintenance mode after its reset",
+                        timeout=float(props["timeout"]),
+                        remedy="It may still be wiping its disk: run `pulumi up` again (a reset machine is not reset twice).")
 
 
 def _run(props: dict, handled: set[str]) -> dict:

@@ -165,6 +165,20 @@ def teardown(props: dict) -> None:
         raise
     info(f"{address}: reset (graceful={graceful}); waiting for it to come back in maintenance mode")
 
+    back_in_maintenance(
+        props, f"ConfigApply {address}: the node to come back in maintenance mode after its reset",
+        timeout=float(props["resetTimeout"]), started=started,
+        remedy=("The reset may still be wiping disks (raise resetTimeout) or hung: check the machine's console, then "
+                "run again. After a whole-disk wipe (wipe: disk) a machine comes back only if it boots from the "
+                "network or an ISO."))
+    if drained is not None:
+        _remove_node(*drained, address)
+
+
+def back_in_maintenance(props: dict, what: str, *, timeout: float, remedy: str, started: float | None = None) -> None:
+    """Wait (bounded) for the reset machine at props["address"] in maintenance mode, then record
+    its new maintenance certificate on its Instance (props["instance"]): the next apply pins it."""
+
     def back(left: float):
         maintenance = maintenance_client(props)
         try:
@@ -172,19 +186,7 @@ def teardown(props: dict) -> None:
         except TalosError as exc:
             raise NotYet(exc.problem) from exc
 
-    found = wait_until(
-        f"ConfigApply {address}: the node to come back in maintenance mode after its reset",
-        back,
-        timeout=float(props["resetTimeout"]),
-        started=started,
-        remedy=(
-            "The reset may still be wiping disks (raise resetTimeout) or hung: check the machine's console, then run "
-            "again. After a whole-disk wipe (wipe: disk) a machine comes back only if it boots from the network or an ISO."
-        ),
-    )
-    _record(props, found)
-    if drained is not None:
-        _remove_node(*drained, address)
+    _record(props, wait_until(what, back, timeout=timeout, started=started, remedy=remedy))
 
 
 def _declared_lost(props: dict) -> bool:
