@@ -1,6 +1,7 @@
 """TalosCluster: the seeds' bootstrap state machine as a dependency graph (DESIGN §4).
 
-TalosSecrets → control-plane pool → ConfigApply per member machine → Bootstrap once → Kubeconfig →
+TalosSecrets → control-plane pool → KubernetesVersion → ConfigRollout (reboots a change needs, node by
+node behind the readiness gate) → ConfigApply per member machine → Bootstrap once → Kubeconfig →
 Gateway API CRDs → Cilium (non-blocking) → Cilium pods healthy → Talos health check
 (ControlPlaneReady) → worker pools + their ConfigApply, cert-manager → cert-manager healthy
 (Ready). Each arrow is a resource dependency, so a failed or killed `pulumi up` resumes at
@@ -24,6 +25,7 @@ from providers.bootstrap import Bootstrap
 from providers.ca_rotation import CaRotation
 from providers.cluster_health import ClusterHealth
 from providers.config_apply import ConfigApply
+from providers.config_rollout import ConfigRollout
 from providers.instance import Instance
 from providers.instance_pool import InstancePool
 from providers.kubeconfig import Kubeconfig
@@ -158,7 +160,17 @@ class TalosCluster(pulumi.ComponentResource):
                    for p, role in pools for m in members[p.name]],
             configs={p.name: configs[p.name][0] for p, _ in pools}, talosconfig=talosconfig,
             talos_port=zone.talos_port, timeout=float(t["kubernetesUpgrade"]), opts=child)
-        cp_applies = applies(zone.control_plane, "controlplane", [cp_pool, k8s_version])
+        # A config change that needs a reboot rolls here, node by node behind the readiness gate, after
+        # the Kubernetes version's image steps and before any ConfigApply (which then applies live only).
+        rollout = ConfigRollout(
+            f"{name}-config-rollout", zone=name, configs={p.name: configs[p.name][0] for p, _ in pools},
+            nodes=[{"name": iname[m], "address": address(m), "role": role, "pool": p.name}
+                   for p, role in pools for m in members[p.name]],
+            talosconfig=talosconfig, max_unavailable=zone.max_unavailable, drain=zone.upgrade.drain,
+            drain_control_planes=zone.upgrade.drain_control_planes, timeout=float(t["apply"]),
+            health_timeout=float(t["health"]), talos_port=zone.talos_port,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[k8s_version]))
+        cp_applies = applies(zone.control_plane, "controlplane", [cp_pool, rollout])
         bootstrap = Bootstrap(f"{name}-bootstrap", address=first_cp, talosconfig=talosconfig,
                               talos_port=zone.talos_port, timeout=float(t["bootstrap"]),
                               opts=pulumi.ResourceOptions(parent=self, depends_on=cp_applies))
@@ -192,7 +204,7 @@ class TalosCluster(pulumi.ComponentResource):
         for w in zone.workers:
             wp = pool(w, [health])
             self.worker_pools[w.name] = wp
-            worker_applies += applies(w, "worker", [wp, health, k8s_version])
+            worker_applies += applies(w, "worker", [wp, health, rollout])
         cert_manager_healthy = addons.install_cert_manager(self, kubeconfig.kubeconfig, after=[health])
         apply_of = dict(zip([m for p in (zone.control_plane, *zone.workers) for m in members[p.name]],
                             [*cp_applies, *worker_applies]))

@@ -8,7 +8,8 @@ keys; mode auto). A node that already left
 maintenance mode refuses that, which is expected on a re-run (seeds: best-effort, logged):
 the config is then re-applied over mTLS in auto mode. Either way the wait ends only when the
 node answers over mTLS, after its reboot, so the next resource can rely on it.
-update: a changed config is re-applied over mTLS, auto mode, to exactly this node.
+update: a changed config is applied live over mTLS (no-reboot mode) to exactly this node; a change
+that needs a reboot was rolled before by the zone's ConfigRollout (providers/config_rollout.py).
 delete: the machine leaves its cluster and is reset to maintenance mode (node_teardown.py).
 Every network step is bounded by applyTimeout or resetTimeout; check and diff are pure.
 """
@@ -24,8 +25,8 @@ from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvide
 from kontinuum.errors import KontinuumError
 from kontinuum.lifecycle import etcd_health
 from kontinuum.talos import talosconfig
-from kontinuum.talos.errors import (FingerprintMismatchError, NodeUnreachableError, NotInMaintenanceError, TalosError,
-                                    TalosTimeoutError, TlsTrustError)
+from kontinuum.talos.errors import (FingerprintMismatchError, InvalidMachineConfigError, NodeUnreachableError,
+                                    NotInMaintenanceError, TalosError, TalosTimeoutError, TlsTrustError)
 from kontinuum.talos.talosconfig import APID_PORT
 from kontinuum.talos.waits import WAIT_DEFAULTS, NotYet, WaitTimeout, wait_until
 from providers.common import TypedResource, diff_inputs, with_secret_outputs
@@ -141,6 +142,14 @@ def _foreign(props: dict, exc: TlsTrustError) -> KontinuumError:
     )
 
 
+def _needs_reboot(props: dict, exc: InvalidMachineConfigError) -> KontinuumError:
+    return KontinuumError(
+        f"ConfigApply {props['address']}: the node refuses its changed config without a reboot ({exc.problem}). "
+        "Reboots for a config change are made only by the zone's ConfigRollout, one node at a time; it runs before "
+        "every ConfigApply and asks each node first, so the node's answer changed in between. Nothing was applied; "
+        "run `pulumi up` again.")
+
+
 def _apply_once(props: dict, left: float, *, prefer_mtls: bool, fingerprint: str | None = None) -> str:
     """Send the config once, however the node takes it now: "maintenance", or the mode the
     node chose over mTLS. Raises TRANSIENT errors while the node is off the network."""
@@ -149,11 +158,13 @@ def _apply_once(props: dict, left: float, *, prefer_mtls: bool, fingerprint: str
     timeout = min(left, mtls.deadlines.apply_config)
     if prefer_mtls:
         try:
-            result = mtls.apply_config(props["config"], mode="auto", timeout=timeout)
-            info(f"{address}: re-applied the changed config over mTLS (auto mode; the node chose {result.mode})")
+            result = mtls.apply_config(props["config"], mode="no-reboot", timeout=timeout)
+            info(f"{address}: applied the changed config live over mTLS (no-reboot mode)")
             return result.mode
         except TlsTrustError as exc:
             info(f"{address}: no mTLS answer ({exc.problem}); trying maintenance mode")
+        except InvalidMachineConfigError as exc:
+            raise _needs_reboot(props, exc) from exc
     try:
         maintenance_client(props, fingerprint).apply_config(props["config"], mode="auto", timeout=timeout)
         info(f"{address}: applied the config in maintenance mode; the node installs and reboots")

@@ -10,7 +10,7 @@ import hashlib
 import logging
 import math
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import pulumi
 from pulumi.output import Unknown
@@ -107,6 +107,19 @@ def cluster_kubeconfig(props: dict, first: str | None = None) -> str | None:
         except TalosError:
             continue
     return None
+
+
+def kubeconfig_getter(props: dict) -> Callable[[], str | None]:
+    """cluster_kubeconfig, fetched once and reused (a readiness wait asks many times); asked
+    again while no control plane hands one out."""
+    found: list[str] = []
+
+    def get() -> str | None:
+        if not found and (kubeconfig := cluster_kubeconfig(props)) is not None:
+            found.append(kubeconfig)
+        return found[0] if found else None
+
+    return get
 
 
 class Inputs:

@@ -21,7 +21,7 @@ from kontinuum.lifecycle import versions
 from kontinuum.talos.talosconfig import APID_PORT
 from providers.common import TypedResource, with_secret_outputs
 from providers.config_apply import ROLES
-from providers.talos_common import Inputs, cluster_kubeconfig, info, known, node_client
+from providers.talos_common import Inputs, info, known, kubeconfig_getter, node_client
 
 SECRET_OUTPUTS = ("talosconfig",)
 DRAIN_TIMEOUT = 300.0
@@ -91,7 +91,7 @@ def _converge(props: dict) -> dict:
 
     ctx = talos_upgrade.Context(
         client_for=client_for,
-        kubeconfig=lambda: cluster_kubeconfig(props),
+        kubeconfig=kubeconfig_getter(props),
         log=info)
     version = talos_upgrade.upgrade_node(ctx, node)
     return {**{k: props.get(k) for k in RECORDED}, "version": version}

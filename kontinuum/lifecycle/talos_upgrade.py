@@ -5,9 +5,12 @@ Resumable by reading the truth first: the node's running version decides whether
 done at all, so a re-run after a kill never upgrades a node twice, and a cordon of ours left by
 a killed run is undone. The steps, each bounded:
   read version → (same as target: done) → version policy → [control plane: etcd healthy with
-  every member] → [drain: cordon + evict] → pull installer → LifecycleService.Upgrade (exit
+  every member] → pull installer → [drain: cordon + evict] → LifecycleService.Upgrade (exit
   code 0) → Reboot → wait for a new boot id and an answer → verify the TARGET version (an A/B
-  rollback stops here, naming node and versions) → uncordon → [control plane: etcd healthy].
+  rollback stops here, naming node and versions) → readiness gate (readiness.py: machine
+  status, Node Ready with the new boot id, Cilium agent, static pods, etcd) → uncordon.
+A failure before the reboot undoes our cordon; a node that rebooted and is not ready stays
+cordoned, and the error says so.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Callable
 
 from kontinuum.errors import KontinuumError
 from kontinuum.kube import drain as kube_drain
-from kontinuum.lifecycle import etcd_health, versions
+from kontinuum.lifecycle import etcd_health, readiness, versions
 from kontinuum.talos import lifecycle
 from kontinuum.talos.client import TalosClient
 from kontinuum.talos.errors import NodeUnreachableError, TalosTimeoutError, TlsTrustError
@@ -88,6 +91,22 @@ def _uncordon(ctx: Context, node: NodeUpgrade) -> None:
         ctx.log(f"{node.address}: Node {name} uncordoned")
 
 
+def _drain(ctx: Context, node: NodeUpgrade) -> None:
+    kubeconfig = ctx.kubeconfig()
+    if kubeconfig is None:
+        raise KontinuumError(f"{node.name} ({node.address}): the cluster API does not answer, so its Node cannot "
+                             "be drained before the upgrade. Bring the API back or set upgrade.drain: false, then "
+                             "run `pulumi up` again.")
+    kube_drain.drain(kubeconfig, node.address, timeout=node.drain_timeout, log=ctx.log, reason=CORDON_REASON)
+
+
+def _try_uncordon(ctx: Context, node: NodeUpgrade) -> None:
+    try:
+        _uncordon(ctx, node)
+    except Exception as e:  # the original failure is what the user needs to read
+        ctx.log(f"{node.address}: could not uncordon its Node after the failure ({e}); the next run does it")
+
+
 def _wait_rebooted(ctx: Context, node: NodeUpgrade, before: str | None, started: float) -> str:
     """Wait until the node is back from its reboot and return the version it answers with."""
     client = ctx.client_for(node.address)
@@ -125,18 +144,17 @@ def upgrade_node(ctx: Context, node: NodeUpgrade) -> str:
     if node.control_plane:
         etcd_health.wait_healthy(ctx.client_for, list(node.control_planes), timeout=node.health_timeout,
                                  why=f"before upgrading control plane {node.address}")
-    if node.drain:
-        kubeconfig = ctx.kubeconfig()
-        if kubeconfig is None:
-            raise KontinuumError(f"{node.name} ({node.address}): the cluster API does not answer, so its Node cannot "
-                                 "be drained before the upgrade. Bring the API back or set upgrade.drain: false, then "
-                                 "run `pulumi up` again.")
-        kube_drain.drain(kubeconfig, node.address, timeout=node.drain_timeout, log=ctx.log, reason=CORDON_REASON)
     client = ctx.client_for(node.address)
     before = lifecycle.boot_id(client)
-    lifecycle.pull_installer(client, node.image)
-    lifecycle.install_upgrade(client, node.image, on_progress=lambda line: ctx.log(f"{node.address}: {line}"))
-    lifecycle.reboot(client)
+    lifecycle.pull_installer(client, node.image)  # before the cordon: a failed pull leaves the node as it was
+    try:
+        if node.drain:
+            _drain(ctx, node)
+        lifecycle.install_upgrade(client, node.image, on_progress=lambda line: ctx.log(f"{node.address}: {line}"))
+        lifecycle.reboot(client)
+    except Exception:
+        _try_uncordon(ctx, node)  # nothing rebooted it: it must not stay cordoned
+        raise
     ctx.log(f"{node.address}: installed {node.target}; rebooting")
     running = _wait_rebooted(ctx, node, before, started)
     if not versions.same(running, node.target):
@@ -146,10 +164,10 @@ def upgrade_node(ctx: Context, node: NodeUpgrade) -> str:
             "failed to boot and the machine fell back to the previous one (A/B rollback). The rollout stopped at this "
             "node; the nodes after it were not touched. Find why the new version did not boot (its console, "
             "`talosctl dmesg`), fix it, then run `pulumi up` again.")
+    gate = readiness.Gate(ctx.client_for, ctx.kubeconfig, node.control_planes)
+    target = readiness.Target(node.address, node.name, node.control_plane)
+    readiness.wait_ready(gate, target, boot_before=before, timeout=node.timeout, started=started, log=ctx.log)
     _uncordon(ctx, node)
-    if node.control_plane:
-        etcd_health.wait_healthy(ctx.client_for, list(node.control_planes), timeout=node.health_timeout,
-                                 why=f"after upgrading control plane {node.address}")
     ctx.log(f"{node.address}: runs Talos {running}")
     return running
 

@@ -277,6 +277,14 @@ ZONE = Obj({
                               "`talosVersion`", default=DEFAULT_INSTALLER, format=REPOSITORY),
     }, "how a changed `talosVersion` rolls out: one node at a time, control planes first, etcd healthy before "
        "each control plane, each node verified on the new version"),
+    "rollout": Obj({
+        "maxUnavailable": Int("worker nodes of a pool that may reboot at the same time for a config change",
+                              default=1, minimum=1),
+    }, "how a config change that Talos applies only with a reboot rolls out (each node is asked first by a dry "
+       "run; live changes reach every node at once): control planes one at a time with etcd healthy before each, "
+       "then each worker pool `maxUnavailable` nodes at a time; each node cordoned and drained as `upgrade.drain` "
+       "and `upgrade.drainControlPlanes` say, and the next one waits until it is ready again (Talos machine status, "
+       "Node Ready with its new boot id, its Cilium agent, on a control plane its static pods and etcd)"),
     "flux": FLUX,
     "serverImage": Str("kontinuum-server image of the zone footprint", default=DEFAULT_SERVER_IMAGE, format=IMAGE),
     "unregisterInstancesOnDelete": Bool("on teardown also delete the hub Instances (default: only release them)",

@@ -96,6 +96,7 @@ class Zone:
     renew_before_days: float = RENEW_BEFORE_DAYS
     rotate: dict = field(default_factory=dict)  # certificates.rotate: CA kind -> token
     upgrade: Upgrade = field(default_factory=Upgrade)
+    max_unavailable: int = 1  # rollout.maxUnavailable: workers of a pool rebooting at once for a config change
     path: str = "zones[0]"  # where the zone is in the stack config, for errors found later
     flux: Flux | None = None  # the GitOps hand-off, when configured
 

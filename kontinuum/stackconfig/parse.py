@@ -150,6 +150,7 @@ def _zone(raw: dict, path: str, errs: _Errors, region: str = "") -> Zone | None:
         skip_unreachable_cluster=teardown.get("skipUnreachableCluster", False),
         talos_port=raw.get("talosPort", 50000), teardown_wipe=teardown.get("wipe", "state"),
         ingress=ingress, dns=dns, upgrade=upgrade, flux=handoff,
+        max_unavailable=raw.get("rollout", {}).get("maxUnavailable", 1),
         backup=Backup(on_up=backup.get("onUp", False), directory=backup.get("directory", BACKUP_DIRECTORY),
                       keep=backup.get("keep", BACKUP_KEEP)),
         renew_before_days=raw.get("certificates", {}).get("renewBefore", RENEW_BEFORE_DAYS),

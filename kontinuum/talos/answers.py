@@ -74,6 +74,7 @@ class ServiceStatus:
     id: str
     state: str
     healthy: bool | None  # None while the service's health is unknown
+    events: tuple[tuple[str, float], ...] = ()  # (state, node time in seconds) of its recent events, oldest first
 
 
 def check_messages(messages: Iterable[Any], node: str, operation: str) -> None:

@@ -360,7 +360,8 @@ class TalosClient:
             )
             check_messages(reply.messages, self.node, "service-list")
             return [
-                ServiceStatus(s.id, s.state, None if s.health.unknown else s.health.healthy)
+                ServiceStatus(s.id, s.state, None if s.health.unknown else s.health.healthy,
+                              tuple((e.state, e.ts.seconds + e.ts.nanos / 1e9) for e in s.events.events))
                 for message in reply.messages
                 for s in message.services
             ]

@@ -10,6 +10,7 @@ few probes in a row (the endpoint may balance over apiservers that restart one b
 
 from __future__ import annotations
 
+import json
 import ssl
 import time
 import urllib.request
@@ -120,10 +121,11 @@ def run(zone: Zone, rotation: Rotation) -> list[str]:
                 continue  # done before a kill: the truth says so, nothing is repeated
             patched = cr.patch(config, k, phase, old=rotation.old.crt, new=rotation.new,
                                control_plane=node.control_plane)
+            since = _kubelet_last_event(c) if k == "kubernetes" else None
             c.apply_config(patched, mode="no-reboot", timeout=min(60.0, zone.timeout))
             zone.log(f"{title} rotation, {phase}: {node.address} patched (NO_REBOOT)")
             if k == "kubernetes":
-                _wait_kubelet(zone, c, node)
+                _wait_kubelet(zone, c, node, restarted_after=since)
         _verify(zone, rotation, phase)
         done.append(f"{title}: {phase} done on {len(states)} node(s)")
         zone.log(done[-1])
@@ -166,12 +168,22 @@ def held(probe: Callable[[float], None], passes: int = 3, seconds: float = 2.0,
     return probe_held
 
 
-def _wait_kubelet(zone: Zone, c: TalosClient, node: Node) -> None:
-    _wait(zone, f"the kubelet on {node.address} to run healthy on the node's cluster CA chain",
-          lambda left: _kubelet_healthy(c, left))
+def _kubelet_last_event(c: TalosClient) -> float:
+    """The node-time stamp of the kubelet's newest service event (0: none)."""
+    kubelet = next((s for s in c.service_list(timeout=10.0) if s.id == "kubelet"), None)
+    return max((ts for _, ts in kubelet.events), default=0.0) if kubelet else 0.0
 
 
-def _kubelet_healthy(c: TalosClient, left: float) -> None:
+def _wait_kubelet(zone: Zone, c: TalosClient, node: Node, restarted_after: float | None = None) -> None:
+    """Healthy on the node's chain; with `restarted_after`, only once the kubelet's events show
+    it left Running after that moment and runs again (talosctl waits for its Service resource
+    to go, then come back Running and healthy): a restart is observed, never assumed."""
+    what = "to restart and run healthy" if restarted_after is not None else "to run healthy"
+    _wait(zone, f"the kubelet on {node.address} {what} on the node's cluster CA chain",
+          lambda left: _kubelet_healthy(c, left, restarted_after))
+
+
+def _kubelet_healthy(c: TalosClient, left: float, restarted_after: float | None = None) -> None:
     try:
         services = {s.id: s for s in c.service_list(timeout=max(1.0, min(left, 10.0)))}
     except TalosError as exc:
@@ -180,6 +192,21 @@ def _kubelet_healthy(c: TalosClient, left: float) -> None:
     if kubelet is None or kubelet.state != "Running" or not kubelet.healthy:
         raise NotYet(f"kubelet is {kubelet.state if kubelet else 'missing'}"
                      + (" and not healthy" if kubelet and not kubelet.healthy else ""))
+    if restarted_after is not None and not restarted(kubelet.events, restarted_after):
+        raise NotYet("the kubelet has not restarted since the patch")
+
+
+def restarted(events: tuple[tuple[str, float], ...], after: float) -> bool:
+    """Its events after `after` show it leave Running and then run again."""
+    left = False
+    for state, ts in events:
+        if ts <= after:
+            continue
+        if state != "Running":
+            left = True
+        elif left:
+            return True
+    return False
 
 
 def _wait(zone: Zone, what: str, probe: Callable[[float], None]) -> None:
@@ -217,22 +244,35 @@ def k8s_client_cert(ca: CertKey, common_name: str = "kontinuum-ca-rotation") -> 
                           key_type="ecdsa", days=1)
 
 
-def k8s_version(endpoint: str, server_ca: bytes, client: CertKey, timeout: float) -> str:
+def k8s_version(endpoint: str, server_ca: bytes, client: CertKey, timeout: float,
+                path: str = "/api/v1/namespaces/kube-system") -> str:
     """GET an object only an authenticated admin may read (GET /version answers anyone), over TLS
     whose serving certificate must chain to `server_ca`; raises OSError when refused."""
     ctx = ssl.create_default_context(cadata=server_ca.decode())
     load_cert_chain(ctx, client.crt, client.key)
-    with urllib.request.urlopen(f"{endpoint.rstrip('/')}/api/v1/namespaces/kube-system", context=ctx,
-                                timeout=timeout) as r:
+    with urllib.request.urlopen(f"{endpoint.rstrip('/')}{path}", context=ctx, timeout=timeout) as r:
         return r.read().decode()
+
+
+def not_ready_nodes(node_list: dict) -> list[str]:
+    """Nodes whose Ready condition is not True (talosctl rotate-ca's rule: a Node without a Ready
+    condition is not counted)."""
+    bad = []
+    for node in node_list.get("items") or []:
+        for c in (node.get("status") or {}).get("conditions") or []:
+            if c.get("type") == "Ready" and c.get("status") != "True":
+                bad.append(f"{node['metadata']['name']} (Ready={c.get('status')})")
+    return bad
 
 
 def _k8s_answers(endpoint: str, server_ca: bytes, client_ca: CertKey, refused: CertKey | None, left: float) -> None:
     t = max(1.0, min(left, 5.0))
     try:
-        k8s_version(endpoint, server_ca, k8s_client_cert(client_ca), t)
+        nodes = json.loads(k8s_version(endpoint, server_ca, k8s_client_cert(client_ca), t, path="/api/v1/nodes"))
     except (OSError, ValueError) as exc:
         raise NotYet(_why(exc)) from None
+    if bad := not_ready_nodes(nodes):
+        raise NotYet(f"Node(s) not Ready: {', '.join(bad)}")
     if refused is not None:
         try:
             k8s_version(endpoint, server_ca, k8s_client_cert(refused), t)
