@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 ZONE = "kontinuum:index:Zone"
 CONFIG_APPLY = "pulumi-python:dynamic/talos:ConfigApply"
+CONFIG_ROLLOUT = "pulumi-python:dynamic/talos:ConfigRollout"
 INSTANCE = "pulumi-python:dynamic/hub:Instance"
 KUBECONFIG = "pulumi-python:dynamic/talos:Kubeconfig"
 CERTIFICATE = "kubernetes:cert-manager.io/v1:Certificate"
@@ -64,6 +65,7 @@ class RegionSummary:
     nodes_joining: list[NodeChange] = field(default_factory=list)
     configs_changed: list[NodeChange] = field(default_factory=list)
     upgrades: list[str] = field(default_factory=list)
+    reboots: list[str] = field(default_factory=list)  # "zone: wave 1: reboot …", the ConfigRollout's plan
     certificates: list[str] = field(default_factory=list)
     addon_values: list[str] = field(default_factory=list)  # "zone release: path old → new"
     counts: dict[str, int] = field(default_factory=dict)
@@ -162,6 +164,8 @@ def summarize(stack: str, plan: dict, *, region: str | None, zones: list[str]) -
                 for p in node.paths:
                     if p.split(":", 1)[0] in UPGRADE_PATHS:
                         s.upgrades.append(f"{zone} {node.node} ({node.pool}): {p}")
+        elif kind == CONFIG_ROLLOUT and op == "update":
+            s.reboots += [f"{zone}: {line}" for line in new.get("plan") or []]
         elif kind in (KUBECONFIG, CERTIFICATE) and op != "create":
             s.certificates.append(f"{zone}: {name} ({op})")
         elif kind == HELM_RELEASE and op == "update":
@@ -215,7 +219,8 @@ def markdown(s: RegionSummary, *, drift: bool = False) -> str:
                 for n in nodes:
                     lines.append(f"  - `{n.zone}` {n.node} (pool {n.pool}): {n.why}")
                     lines += [f"    - `{p}`" for p in n.paths]
-        for label, items in (("Upgrades planned", s.upgrades), ("Certificates to renew", s.certificates),
+        for label, items in (("Reboots planned, in this order", s.reboots), ("Upgrades planned", s.upgrades),
+                             ("Certificates to renew", s.certificates),
                              ("Addon Helm values", s.addon_values)):
             if items:
                 lines.append(f"- **{label}:**")

@@ -126,3 +126,14 @@ def test_addon_helm_values_diff_by_path_and_secret_values_stay_masked():
                                                             old, new)]}
     s = summarize("eu", plan, region="eu", zones=["a"])
     assert s.addon_values == ["a eu-a-cilium: extra[0]: ∅ → a", "a eu-a-cilium: operator.replicas: 1 → 2"]
+
+
+def test_the_summary_lists_the_reboots_a_config_change_makes_in_their_order():
+    plan_lines = ["wave 1: reboot cp-1 (10.0.0.1)", "wave 2: reboot w-1 (10.0.1.1)", "live, no reboot: cp-2"]
+    plan = {"changeSummary": {"update": 1}, "steps": [
+        step("update", "pulumi-python:dynamic/talos:ConfigRollout", "eu-a-config-rollout", {"plan": []},
+             {"plan": plan_lines})]}
+    s = summarize("eu", plan, region="eu", zones=["a"])
+    assert s.reboots == [f"a: {line}" for line in plan_lines]
+    text = markdown(s)
+    assert text.index("Reboots planned, in this order") < text.index("wave 1: reboot cp-1")
