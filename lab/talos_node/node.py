@@ -30,7 +30,7 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from grpclib.server import Server
 
-from lab.talos_node import dial, etcd_service, tls
+from lab.talos_node import dial, etcd_service, tls, unimplemented
 from lab.talos_node.cluster import ClusterRegistry
 from lab.talos_node.faults import Faults
 from lab.talos_node.machineconfig import AppliedConfig
@@ -63,6 +63,7 @@ class _Server(Server):
 
     def __init__(self, handlers) -> None:
         super().__init__(handlers)
+        self._mapping = unimplemented.Mapping(self._mapping)  # grpclib's per-server method table
         self.protocols: weakref.WeakSet = weakref.WeakSet()
 
     def _protocol_factory(self):  # type: ignore[override]

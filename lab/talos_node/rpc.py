@@ -2,7 +2,8 @@
 `node`/`nodes` metadata is routed, and the glue to grpclib.
 
 Admission follows apid and machined (facts §2, §7, §8):
-- every call is counted and meets the node's fault knobs first;
+- every call is counted (a dry-run apply as ApplyConfigurationDryRun) and meets the node's fault
+  knobs first;
 - maintenance mode gives every client the os:reader role; Version, Upgrade and Reset answer
   Unimplemented "API is not implemented in maintenance mode", the other configured-only
   methods "method X not implemented", ClusterService "unknown service";
@@ -177,8 +178,15 @@ def _failed(method: Method, target: str, error: GRPCError) -> Any:
     return reply
 
 
+def counted(method: Method, request: Any) -> str:
+    """The name a call is counted under: a dry run changes nothing, so it is told apart."""
+    if method.name == "ApplyConfiguration" and getattr(request, "dry_run", False):
+        return "ApplyConfigurationDryRun"
+    return method.name
+
+
 async def unary(node: EmulatedNode, method: Method, request: Any, metadata: Any, peer_der: bytes | None, call: Call) -> Any:
-    node.count(method.name)
+    node.count(counted(method, request))
     await node.inject_faults()
     call.roles = _roles(node, method, peer_der)
     targets, fan_out = _targets(node, method, metadata)

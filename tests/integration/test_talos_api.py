@@ -502,3 +502,21 @@ def test_emulator_binds_loopback_only():
         cwd=ROOT,
     )
     assert out.returncode == 2 and "loopback addresses only" in out.stderr
+
+
+def test_a_method_the_emulator_does_not_serve_answers_grpc_unimplemented(lab):
+    """As a real node's grpc-go server does: a proper gRPC status, never a reply a Go client
+    calls malformed (missing content-type)."""
+    from google.protobuf import empty_pb2
+    from grpclib.const import Cardinality
+
+    node = lab.add_node()
+
+    async def body(channel, md, t):
+        async with channel.request("/machine.MachineService/EtcdStatus", Cardinality.UNARY_UNARY, empty_pb2.Empty,
+                                   empty_pb2.Empty, timeout=t, metadata=md) as stream:
+            await stream.send_message(empty_pb2.Empty(), end=True)
+            await stream.recv_message()
+
+    with pytest.raises(WrongModeError, match="unknown method EtcdStatus for service machine.MachineService"):
+        TalosClient.maintenance(node.address)._run("etcd-status", 5.0, body)
