@@ -3,9 +3,13 @@ one live zone, by editing the stack config and running `pulumi up`.
 
 One lab for the module (nodes 127.0.41.11+, hub 127.0.0.41) and one zone that lives through
 the whole module, in order: 1 control plane + 2 workers → 3 control planes (API polled
-throughout) → Talos v1.13.1 (strict one-at-a-time order, control planes first, second up a
-no-op) → preview shows the plan and refuses a downgrade → v1.13.2 with an A/B rollback on the
-second node (stops there, the next up finishes) → v1.13.3 killed mid-rollout (the re-run
+throughout) → a patch that needs a reboot (the preview names the waves; each node reboots only
+after the one before it is Ready again, control planes first, API polled throughout) → a live
+patch (every node at once, no reboot) → Talos v1.13.1 (strict one-at-a-time order, control
+planes first, a node slow to be Ready holds the next one back, second up a no-op) → preview shows
+the plan and refuses a downgrade → v1.13.2 with an A/B rollback on the second node (stops there;
+the next up stops at a worker whose installer cannot be pulled, nothing cordoned; the one after
+finishes) → v1.13.3 killed mid-rollout (the re-run
 upgrades no node twice) → Kubernetes v1.35.4 → v1.35.5 (upgrade-k8s's order: the target images
 pre-pulled first, each control plane's apiserver, controller-manager, scheduler, one node at a
 time, then every kubelet, then the bootstrap manifests; the second up a no-op) → v1.35.6 killed
@@ -37,6 +41,7 @@ WORKERS = ["127.0.41.14", "127.0.41.15"]
 ORDER = CPS + WORKERS
 ENDPOINT = f"https://{CPS[0]}:6443"
 K8S_OLD, K8S_NEW, K8S_KILLED = "v1.35.4", "v1.35.5", "v1.35.6"
+KUBELET_DELAY = 0.5  # the lab's default: seconds from a node's boot to its kubelet starting
 COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 
@@ -46,10 +51,13 @@ def lab(tools_bin, tmp_path_factory):
         yield state
 
 
+PATCHES: list = []  # the zone's config patches: set by the config rollout tests, kept by every later config
+
+
 def zone(replicas: int, talos: str = "v1.13.0", **extra) -> dict:
     machines = [{"address": a, "pool": "controlplane"} for a in CPS] + [{"address": a, "pool": "web"} for a in WORKERS]
     return {"zone": "d2", "talosAddresses": machines, "controlPlane": {"replicas": replicas, "endpoint": ENDPOINT},
-            "workers": [{"name": "web", "replicas": len(WORKERS)}], "talosVersion": talos,
+            "workers": [{"name": "web", "replicas": len(WORKERS)}], "talosVersion": talos, "patches": list(PATCHES),
             # upgrade: per node (drain, install, 1 s reboot, etcd gates): 60 s ran out under CI load
             "timeouts": {**TIMEOUTS, "upgrade": 180}, **extra}
 
@@ -164,22 +172,79 @@ def test_scale_up_to_three_joins_one_at_a_time_api_answering(d2):
     assert all(since(before, after, m)[w] == 0 for w in WORKERS for m in ("Reset", "Upgrade")), after
 
 
+# --- config changes: live ones at once, reboots one node at a time ---------------------------------
+
+REBOOT_PATCH = [{"op": "add", "path": "/machine/env", "value": {"E2E_ROLLOUT": "1"}}]  # Talos 1.13: needs a reboot
+LIVE_PATCH = [{"op": "add", "path": "/machine/sysctls", "value": {"net.core.somaxconn": "4096"}}]  # applies live
+
+
+def assert_each_waits_for_the_previous_ready(events: list[dict]) -> None:
+    """No node goes down before the one before it is ready again: its Node Ready after its boot."""
+    down = None
+    for e in events:
+        if e["event"] == "reboot":
+            assert down is None, f"{e['node']} went down while {down} was not ready again"
+            down = e["node"]
+        elif e["event"] == "node-ready" and e["node"] == down:
+            down = None
+    assert down is None, f"{down} never became ready again"
+
+
+def reboots(events: list[dict]) -> list[str]:
+    return [e["node"] for e in events if e["event"] == "reboot"]
+
+
+def test_a_patch_that_needs_a_reboot_rolls_one_node_at_a_time_api_answering(d2):
+    stack, _ = d2
+    if not ready(stack, "d2") or etcd_members(stack) != sorted(CPS):
+        pytest.skip("the zone did not scale up")
+    PATCHES[:] = [REBOOT_PATCH]
+    configure(d2, zone(3))
+    shown = output(stack.preview("--diff"))
+    waves = [shown.index(f"wave {i}: reboot ") for i in range(1, 6)]
+    assert waves == sorted(waves) and all(f"({a})" in shown for a in ORDER), shown[-3000:]
+    start = log_of()[-1]["seq"]
+    t0 = time.monotonic()
+    with ApiPoller(kubeconfig(stack)) as poll:
+        stack.up()
+    elapsed = time.monotonic() - t0
+    events = [e for e in log_of() if e["seq"] > start]
+    assert reboots(events) == ORDER  # control planes first, then the workers, each once
+    assert_each_waits_for_the_previous_ready(events)
+    assert poll.failed == 0 and poll.ok > 10, poll.errors[:3]
+    print(f"rolling reboot of {len(ORDER)} nodes: {elapsed:.1f} s")
+    before = calls()
+    stack.preview("--expect-no-changes")
+    assert all(since(before, calls(), m) == {a: 0 for a in ORDER} for m in ("ApplyConfiguration", "Reboot"))
+
+
+def test_a_live_patch_reaches_every_node_at_once_without_a_reboot(d2):
+    stack, _ = d2
+    if PATCHES != [REBOOT_PATCH]:
+        pytest.skip("the rolling reboot did not run")
+    PATCHES[:] = [REBOOT_PATCH, LIVE_PATCH]
+    configure(d2, zone(3))
+    start, before = log_of()[-1]["seq"], calls()
+    stack.up()
+    events = [e for e in log_of() if e["seq"] > start]
+    assert reboots(events) == []
+    assert since(before, calls(), "ApplyConfiguration") == {a: 1 for a in ORDER}
+    assert nodes_schedulable(stack)
+
+
+def nodes_schedulable(stack) -> bool:
+    api = api_client(kubeconfig(stack))
+    try:
+        return not any(n.spec.unschedulable for n in client.CoreV1Api(api).list_node(_request_timeout=10).items)
+    finally:
+        api.close()
+
+
 # --- the Talos upgrade -----------------------------------------------------------------------------
 
 
 def upgrades(events: list[dict]) -> list[tuple[str, str]]:
     return [(e["node"], e["event"]) for e in events if e["event"] in ("upgrade", "upgraded", "rolled-back")]
-
-
-def assert_one_at_a_time(events: list[dict]) -> None:
-    """No node goes down for its upgrade reboot before the previous one is back up."""
-    down = None
-    for e in events:
-        if e["event"] == "reboot":
-            assert down is None, f"{e['node']} rebooted while {down} was down"
-            down = e["node"]
-        elif e["event"] == "booted" and e["node"] == down:
-            down = None
 
 
 def test_talos_upgrade_rolls_one_node_at_a_time_control_planes_first(d2):
@@ -188,12 +253,18 @@ def test_talos_upgrade_rolls_one_node_at_a_time_control_planes_first(d2):
         pytest.skip("the zone did not come up")
     configure(d2, zone(3, "v1.13.1"))
     start = log_of()[-1]["seq"]
+    control.set_faults(CPS[1], kubelet_delay=3.0)  # slow to be Ready again: the next node must wait for it
     t0 = time.monotonic()
-    stack.up()
+    try:
+        stack.up()
+    finally:
+        control.set_faults(CPS[1], kubelet_delay=KUBELET_DELAY)
     elapsed = time.monotonic() - t0
     events = [e for e in log_of() if e["seq"] > start]
     assert upgrades(events) == [(a, k) for a in ORDER for k in ("upgrade", "upgraded")]
-    assert_one_at_a_time(events)
+    assert_each_waits_for_the_previous_ready(events)
+    ready_again = next(e["seq"] for e in events if e["event"] == "node-ready" and e["node"] == CPS[1])
+    assert ready_again < next(e["seq"] for e in events if e["event"] == "upgrade" and e["node"] == CPS[2])
     assert versions() == {a: "v1.13.1" for a in ORDER}
     print(f"rollout of {len(ORDER)} nodes: {elapsed:.1f} s")
     before = calls()
@@ -234,10 +305,23 @@ def test_ab_rollback_stops_the_rollout_there_and_the_next_up_finishes(d2):
     assert f"({CPS[1]}) came back on Talos v1.13.1 instead of v1.13.2" in text and "A/B rollback" in text, text[-3000:]
     events = [e for e in log_of() if e["seq"] > start]
     assert upgrades(events) == [(CPS[0], "upgrade"), (CPS[0], "upgraded"), (CPS[1], "upgrade"), (CPS[1], "rolled-back")]
+    # The next up meets an installer the first worker cannot pull: it stops there, that worker
+    # neither cordoned nor rebooted; the one after that finishes.
+    start = events[-1]["seq"]
+    control.set_faults(WORKERS[0], pull_fault="installer")
+    try:
+        failed = stack.run("up", "--yes", "--skip-preview", check=False)
+    finally:
+        control.set_faults(WORKERS[0], pull_fault="")
+    text = output(failed)
+    assert failed.returncode != 0 and WORKERS[0] in text and "not found" in text, text[-3000:]
+    events = [e for e in log_of() if e["seq"] > start]
+    assert upgrades(events) == [(a, k) for a in ORDER[1:3] for k in ("upgrade", "upgraded")]
+    assert WORKERS[0] not in reboots(events) and nodes_schedulable(stack)
     start = events[-1]["seq"]
     stack.up()
     events = [e for e in log_of() if e["seq"] > start]
-    assert upgrades(events) == [(a, k) for a in ORDER[1:] for k in ("upgrade", "upgraded")]
+    assert upgrades(events) == [(a, k) for a in WORKERS for k in ("upgrade", "upgraded")]
     assert versions() == {a: "v1.13.2" for a in ORDER}
 
 
