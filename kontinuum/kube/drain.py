@@ -104,6 +104,16 @@ def drain(kubeconfig: str, address: str, *, timeout: float, log: Callable[[str],
         api.close()
 
 
+def cordoned_for(kubeconfig: str, address: str) -> str | None:
+    """Why we cordoned the Node of the machine at `address` (CORDONED_BY), None if we did not."""
+    api = api_client(kubeconfig)
+    try:
+        node = node_for(client.CoreV1Api(api), address)
+        return None if node is None else (node.metadata.annotations or {}).get(CORDONED_BY)
+    finally:
+        api.close()
+
+
 def uncordon(kubeconfig: str, address: str, reason: str) -> str | None:
     """Make the Node of the machine at `address` schedulable again if we cordoned it for
     `reason` (a resumed run finds the mark); returns its name when it was uncordoned."""

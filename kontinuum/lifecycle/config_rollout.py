@@ -180,6 +180,17 @@ def roll_wave(ctx: Context, settings: Settings, wave: list[Step], configs: dict[
         _uncordon(ctx, node)
 
 
+def _resume_uncordon(ctx: Context, settings: Settings, node: Node) -> None:
+    """A node a killed run rebooted into its new config may still carry our cordon: undo it once
+    the node passes the readiness gate."""
+    kubeconfig = ctx.gate.kubeconfig()
+    if kubeconfig is None or kube_drain.cordoned_for(kubeconfig, node.address) != CORDON_REASON:
+        return
+    readiness.wait_ready(ctx.gate, readiness.Target(node.address, node.name, node.control_plane), boot_before=None,
+                         timeout=settings.timeout, log=ctx.log)
+    _uncordon(ctx, node)
+
+
 def _try_uncordon(ctx: Context, node: Node) -> None:
     try:
         _uncordon(ctx, node)
@@ -192,7 +203,7 @@ def roll(ctx: Context, settings: Settings, steps: list[Step], configs: dict[str,
     uncordoned once ready."""
     for s in steps:
         if s.action == NONE and _drains(settings, s.node):
-            _uncordon(ctx, s.node)
+            _resume_uncordon(ctx, settings, s.node)
     for i, wave in enumerate(waves(steps, settings.max_unavailable), 1):
         names = ", ".join(f"{s.node.name} ({s.node.address})" for s in wave)
         ctx.log(f"config rollout wave {i}: rebooting {names}")

@@ -100,6 +100,18 @@ def _drain(ctx: Context, node: NodeUpgrade) -> None:
     kube_drain.drain(kubeconfig, node.address, timeout=node.drain_timeout, log=ctx.log, reason=CORDON_REASON)
 
 
+def _resume_uncordon(ctx: Context, node: NodeUpgrade, started: float) -> None:
+    """A killed run may have left our cordon on a node it had upgraded: undo it once the node
+    passes the readiness gate (it may still be coming back)."""
+    kubeconfig = ctx.kubeconfig() if node.drain else None
+    if kubeconfig is None or kube_drain.cordoned_for(kubeconfig, node.address) != CORDON_REASON:
+        return
+    gate = readiness.Gate(ctx.client_for, ctx.kubeconfig, node.control_planes)
+    readiness.wait_ready(gate, readiness.Target(node.address, node.name, node.control_plane), boot_before=None,
+                         timeout=node.timeout, started=started, log=ctx.log)
+    _uncordon(ctx, node)
+
+
 def _try_uncordon(ctx: Context, node: NodeUpgrade) -> None:
     try:
         _uncordon(ctx, node)
@@ -136,7 +148,7 @@ def upgrade_node(ctx: Context, node: NodeUpgrade) -> str:
     current = running_version(ctx, node, node.timeout)
     if versions.same(current, node.target):
         ctx.log(f"{node.address}: already runs Talos {current}")
-        _uncordon(ctx, node)  # a killed run may have left our cordon
+        _resume_uncordon(ctx, node, started)  # a killed run may have left our cordon
         return current
     if (problem := versions.upgrade_problem(current, node.target, allow_downgrade=node.allow_downgrade)):
         raise UpgradeRefused(f"{node.name} ({node.address}): {problem}. Nothing was done to this node.")
