@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from kontinuum.errors import KontinuumError
-from kontinuum.kube import drain as kube_drain
-from kontinuum.lifecycle import etcd_health, readiness
+from kontinuum.lifecycle import cordons, etcd_health, readiness
 from kontinuum.talos import lifecycle
 from kontinuum.talos.errors import NodeUnreachableError, TalosTimeoutError, TlsTrustError
 
@@ -118,26 +117,12 @@ def describe(steps: list[Step], max_unavailable: int) -> list[str]:
     return lines or ["no node reboots"]
 
 
+def _target(node: Node) -> readiness.Target:
+    return readiness.Target(node.address, node.name, node.control_plane)
+
+
 def _drains(settings: Settings, node: Node) -> bool:
     return settings.drain_control_planes if node.control_plane else settings.drain
-
-
-def _uncordon(ctx: Context, node: Node) -> None:
-    kubeconfig = ctx.gate.kubeconfig()
-    if kubeconfig is None:
-        ctx.log(f"{node.address}: the cluster API is not reachable to uncordon its Node; the next run does it")
-        return
-    if (name := kube_drain.uncordon(kubeconfig, node.address, CORDON_REASON)) is not None:
-        ctx.log(f"{node.address}: Node {name} uncordoned")
-
-
-def _cordon(ctx: Context, settings: Settings, node: Node) -> None:
-    kubeconfig = ctx.gate.kubeconfig()
-    if kubeconfig is None:
-        raise KontinuumError(f"{node.name} ({node.address}): the cluster API does not answer, so its Node cannot be "
-                             "drained before the reboot its new config needs. Bring the API back, then run "
-                             "`pulumi up` again.")
-    kube_drain.drain(kubeconfig, node.address, timeout=settings.drain_timeout, log=ctx.log, reason=CORDON_REASON)
 
 
 def _reboot_into(ctx: Context, settings: Settings, node: Node, config: str) -> str | None:
@@ -160,42 +145,24 @@ def roll_wave(ctx: Context, settings: Settings, wave: list[Step], configs: dict[
         for s in wave:
             if _drains(settings, s.node):
                 cordoned.append(s.node)
-                _cordon(ctx, settings, s.node)
+                cordons.cordon(ctx.gate, _target(s.node), reason=CORDON_REASON, timeout=settings.drain_timeout,
+                               log=ctx.log, without_api="Bring the API back, then run `pulumi up` again.")
         for s in wave:
             boots[s.node] = _reboot_into(ctx, settings, s.node, configs[s.node.pool])
     except Exception:
         for node in cordoned:  # nothing rebooted it: it must not stay cordoned
             if node not in boots:
-                _try_uncordon(ctx, node)
+                cordons.try_uncordon(ctx.gate, node.address, reason=CORDON_REASON, log=ctx.log)
         raise
     for node, before in boots.items():
-        target = readiness.Target(node.address, node.name, node.control_plane)
         try:
-            readiness.wait_ready(ctx.gate, target, boot_before=before, timeout=settings.timeout, started=started,
+            readiness.wait_ready(ctx.gate, _target(node), boot_before=before, timeout=settings.timeout, started=started,
                                  log=ctx.log)
         except readiness.NodeNotReadyError as e:
             kept = " Its Node stays cordoned until it is ready (the next run uncordons it)." if node in cordoned else ""
             raise readiness.NodeNotReadyError(f"{e}{kept}") from None
     for node in cordoned:
-        _uncordon(ctx, node)
-
-
-def _resume_uncordon(ctx: Context, settings: Settings, node: Node) -> None:
-    """A node a killed run rebooted into its new config may still carry our cordon: undo it once
-    the node passes the readiness gate."""
-    kubeconfig = ctx.gate.kubeconfig()
-    if kubeconfig is None or kube_drain.cordoned_for(kubeconfig, node.address) != CORDON_REASON:
-        return
-    readiness.wait_ready(ctx.gate, readiness.Target(node.address, node.name, node.control_plane), boot_before=None,
-                         timeout=settings.timeout, log=ctx.log)
-    _uncordon(ctx, node)
-
-
-def _try_uncordon(ctx: Context, node: Node) -> None:
-    try:
-        _uncordon(ctx, node)
-    except Exception as e:  # the original failure is what the user needs to read
-        ctx.log(f"{node.address}: could not uncordon its Node after the failure ({e}); the next run does it")
+        cordons.uncordon(ctx.gate, node.address, reason=CORDON_REASON, log=ctx.log)
 
 
 def roll(ctx: Context, settings: Settings, steps: list[Step], configs: dict[str, str]) -> None:
@@ -203,7 +170,7 @@ def roll(ctx: Context, settings: Settings, steps: list[Step], configs: dict[str,
     uncordoned once ready."""
     for s in steps:
         if s.action == NONE and _drains(settings, s.node):
-            _resume_uncordon(ctx, settings, s.node)
+            cordons.resume(ctx.gate, _target(s.node), reason=CORDON_REASON, timeout=settings.timeout, log=ctx.log)
     for i, wave in enumerate(waves(steps, settings.max_unavailable), 1):
         names = ", ".join(f"{s.node.name} ({s.node.address})" for s in wave)
         ctx.log(f"config rollout wave {i}: rebooting {names}")

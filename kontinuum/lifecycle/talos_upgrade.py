@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from kontinuum.errors import KontinuumError
-from kontinuum.kube import drain as kube_drain
-from kontinuum.lifecycle import etcd_health, readiness, versions
+from kontinuum.lifecycle import cordons, etcd_health, readiness, versions
 from kontinuum.talos import lifecycle
 from kontinuum.talos.client import TalosClient
 from kontinuum.talos.errors import NodeUnreachableError, TalosTimeoutError, TlsTrustError
@@ -80,43 +79,12 @@ def running_version(ctx: Context, node: NodeUpgrade, timeout: float) -> str:
                       bounds=_REBOOT_POLL, remedy="Check that the machine is on and reachable, then run `pulumi up` again.")
 
 
-def _uncordon(ctx: Context, node: NodeUpgrade) -> None:
-    if not node.drain:
-        return
-    kubeconfig = ctx.kubeconfig()
-    if kubeconfig is None:
-        ctx.log(f"{node.address}: the cluster API is not reachable to uncordon its Node; the next run does it")
-        return
-    if (name := kube_drain.uncordon(kubeconfig, node.address, CORDON_REASON)) is not None:
-        ctx.log(f"{node.address}: Node {name} uncordoned")
+def _gate(ctx: Context, node: NodeUpgrade) -> readiness.Gate:
+    return readiness.Gate(ctx.client_for, ctx.kubeconfig, node.control_planes)
 
 
-def _drain(ctx: Context, node: NodeUpgrade) -> None:
-    kubeconfig = ctx.kubeconfig()
-    if kubeconfig is None:
-        raise KontinuumError(f"{node.name} ({node.address}): the cluster API does not answer, so its Node cannot "
-                             "be drained before the upgrade. Bring the API back or set upgrade.drain: false, then "
-                             "run `pulumi up` again.")
-    kube_drain.drain(kubeconfig, node.address, timeout=node.drain_timeout, log=ctx.log, reason=CORDON_REASON)
-
-
-def _resume_uncordon(ctx: Context, node: NodeUpgrade, started: float) -> None:
-    """A killed run may have left our cordon on a node it had upgraded: undo it once the node
-    passes the readiness gate (it may still be coming back)."""
-    kubeconfig = ctx.kubeconfig() if node.drain else None
-    if kubeconfig is None or kube_drain.cordoned_for(kubeconfig, node.address) != CORDON_REASON:
-        return
-    gate = readiness.Gate(ctx.client_for, ctx.kubeconfig, node.control_planes)
-    readiness.wait_ready(gate, readiness.Target(node.address, node.name, node.control_plane), boot_before=None,
-                         timeout=node.timeout, started=started, log=ctx.log)
-    _uncordon(ctx, node)
-
-
-def _try_uncordon(ctx: Context, node: NodeUpgrade) -> None:
-    try:
-        _uncordon(ctx, node)
-    except Exception as e:  # the original failure is what the user needs to read
-        ctx.log(f"{node.address}: could not uncordon its Node after the failure ({e}); the next run does it")
+def _target(node: NodeUpgrade) -> readiness.Target:
+    return readiness.Target(node.address, node.name, node.control_plane)
 
 
 def _wait_rebooted(ctx: Context, node: NodeUpgrade, before: str | None, started: float) -> str:
@@ -148,7 +116,9 @@ def upgrade_node(ctx: Context, node: NodeUpgrade) -> str:
     current = running_version(ctx, node, node.timeout)
     if versions.same(current, node.target):
         ctx.log(f"{node.address}: already runs Talos {current}")
-        _resume_uncordon(ctx, node, started)  # a killed run may have left our cordon
+        if node.drain:  # a killed run may have left our cordon
+            cordons.resume(_gate(ctx, node), _target(node), reason=CORDON_REASON, timeout=node.timeout, log=ctx.log,
+                           started=started)
         return current
     if (problem := versions.upgrade_problem(current, node.target, allow_downgrade=node.allow_downgrade)):
         raise UpgradeRefused(f"{node.name} ({node.address}): {problem}. Nothing was done to this node.")
@@ -159,27 +129,30 @@ def upgrade_node(ctx: Context, node: NodeUpgrade) -> str:
     client = ctx.client_for(node.address)
     before = lifecycle.boot_id(client)
     lifecycle.pull_installer(client, node.image)  # before the cordon: a failed pull leaves the node as it was
+    gate = _gate(ctx, node)
     try:
         if node.drain:
-            _drain(ctx, node)
+            cordons.cordon(gate, _target(node), reason=CORDON_REASON, timeout=node.drain_timeout, log=ctx.log,
+                           without_api="Bring the API back or set upgrade.drain: false, then run `pulumi up` again.")
         lifecycle.install_upgrade(client, node.image, on_progress=lambda line: ctx.log(f"{node.address}: {line}"))
         lifecycle.reboot(client)
     except Exception:
-        _try_uncordon(ctx, node)  # nothing rebooted it: it must not stay cordoned
+        if node.drain:  # nothing rebooted it: it must not stay cordoned
+            cordons.try_uncordon(gate, node.address, reason=CORDON_REASON, log=ctx.log)
         raise
     ctx.log(f"{node.address}: installed {node.target}; rebooting")
     running = _wait_rebooted(ctx, node, before, started)
     if not versions.same(running, node.target):
-        _uncordon(ctx, node)  # it runs (the old version); the rollout stops here
+        if node.drain:  # it runs (the old version); the rollout stops here
+            cordons.uncordon(gate, node.address, reason=CORDON_REASON, log=ctx.log)
         raise RolledBackError(
             f"{node.name} ({node.address}) came back on Talos {running} instead of {node.target}: the new version "
             "failed to boot and the machine fell back to the previous one (A/B rollback). The rollout stopped at this "
             "node; the nodes after it were not touched. Find why the new version did not boot (its console, "
             "`talosctl dmesg`), fix it, then run `pulumi up` again.")
-    gate = readiness.Gate(ctx.client_for, ctx.kubeconfig, node.control_planes)
-    target = readiness.Target(node.address, node.name, node.control_plane)
-    readiness.wait_ready(gate, target, boot_before=before, timeout=node.timeout, started=started, log=ctx.log)
-    _uncordon(ctx, node)
+    readiness.wait_ready(gate, _target(node), boot_before=before, timeout=node.timeout, started=started, log=ctx.log)
+    if node.drain:
+        cordons.uncordon(gate, node.address, reason=CORDON_REASON, log=ctx.log)
     ctx.log(f"{node.address}: runs Talos {running}")
     return running
 

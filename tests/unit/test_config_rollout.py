@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from kontinuum.lifecycle import config_rollout as cr
-from kontinuum.lifecycle import readiness
+from kontinuum.lifecycle import cordons, readiness
 from kontinuum.talos.answers import ApplyResult
 from kontinuum.talos.errors import InvalidMachineConfigError, TalosTimeoutError, TlsTrustError
 from kontinuum.talos import pki, talosconfig
@@ -66,11 +66,11 @@ class Zone:
                 raise readiness.NodeNotReadyError(f"{target.name} is not ready after its reboot")
             self.timeline.append(("ready", target.address))
 
-        monkeypatch.setattr(cr.kube_drain, "cordoned_for",
+        monkeypatch.setattr(cordons.kube_drain, "cordoned_for",
                             lambda kubeconfig, address: cr.CORDON_REASON if address in self.cordoned else None)
-        monkeypatch.setattr(cr.kube_drain, "drain", drain)
-        monkeypatch.setattr(cr.kube_drain, "uncordon", uncordon)
-        monkeypatch.setattr(cr.readiness, "wait_ready", wait_ready)
+        monkeypatch.setattr(cordons.kube_drain, "drain", drain)
+        monkeypatch.setattr(cordons.kube_drain, "uncordon", uncordon)
+        monkeypatch.setattr(readiness, "wait_ready", wait_ready)
         monkeypatch.setattr(cr.lifecycle, "boot_id", lambda client: "boot-1")
         monkeypatch.setattr(cr.etcd_health, "wait_healthy",
                             lambda *a, why, **k: self.timeline.append(("etcd", why.rsplit(" ", 1)[-1])))
