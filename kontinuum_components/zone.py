@@ -16,6 +16,7 @@ import pulumi_kubernetes as k8s
 from kontinuum.hub.crds import LABEL_LOST, LABEL_REGION, LABEL_ZONE
 from kontinuum.naming import instance_name
 from kontinuum.stackconfig import model, specs
+from kontinuum_components.access import people_bindings
 from kontinuum_components.downstream import DownstreamFootprint
 from kontinuum_components.flux import FluxHandOff
 from kontinuum_components.talos_cluster import LABEL_POOL, TalosCluster
@@ -71,6 +72,7 @@ class Zone(pulumi.ComponentResource):
         }
         cluster = TalosCluster(name, region=region, zone=zone, hub_kubeconfig=hub_kubeconfig, instances=instances,
                                opts=pulumi.ResourceOptions(parent=self))
+        people_bindings(cluster, after=[cluster.control_plane_ready_resource])  # for people's kubeconfigs
         # The GitOps hand-off (seed 002): right after Cilium's release, before its health gate.
         handoff = FluxHandOff(name, cluster=cluster, flux=zone.flux, kubeconfig=cluster.kubeconfig,
                               after=[cluster.cilium_release], timeout=float(t["flux"]),

@@ -67,3 +67,13 @@ def zone_access(deployment: dict, stack: str, zone: str) -> tuple[ZoneAccess, Ba
                           "(run `pulumi up` first)")
     settings = BackupSettings(Path(backup["directory"]), int(backup["keep"])) if backup.get("directory") else None
     return access, settings
+
+
+def zone_kubeconfig(deployment: dict, cluster: str) -> str:
+    """The zone's admin kubeconfig as its Kubeconfig resource holds it (server and CA for a
+    person's kubeconfig; its own certificate is never handed out)."""
+    for r in deployment.get("resources") or []:
+        if r.get("custom") and _name(r["urn"]) == f"{cluster}-kubeconfig" and r["type"].endswith(":Kubeconfig"):
+            if text := _props(r).get("kubeconfig"):
+                return str(text)
+    raise BackupError(f"zone {cluster}: the state holds no kubeconfig for it yet (run `pulumi up` first)")

@@ -139,7 +139,7 @@ def new_ca(
         .public_key(key.public_key())
         .serial_number(_serial())
         .not_valid_before(start)
-        .not_valid_after(start + dt.timedelta(days=days))
+        .not_valid_after(start + (lifetime if lifetime is not None else dt.timedelta(days=days)))
         .add_extension(_key_usage(digital_signature=True, cert_sign=True), critical=True)
         .add_extension(
             x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
@@ -187,8 +187,10 @@ def issue_cert(
     days: int = 365,
     key_type: KeyType = "ed25519",
     now: dt.datetime | None = None,
+    lifetime: dt.timedelta | None = None,
 ) -> CertKey:
-    """Leaf certificate signed by `ca`; EKU lists exactly the roles asked for.
+    """Leaf certificate signed by `ca`; EKU lists exactly the roles asked for. Valid for `days`,
+    or for `lifetime` when given (short-lived credentials for people).
 
     The subject must differ from the CA's: a leaf whose subject equals its issuer is read
     as self-signed by verifiers and breaks chain building.
@@ -210,7 +212,7 @@ def issue_cert(
         .public_key(key.public_key())
         .serial_number(_serial())
         .not_valid_before(start)
-        .not_valid_after(start + dt.timedelta(days=days))
+        .not_valid_after(start + (lifetime if lifetime is not None else dt.timedelta(days=days)))
         .add_extension(
             _key_usage(digital_signature=True, key_encipherment=isinstance(key, rsa.RSAPrivateKey)), critical=True
         )

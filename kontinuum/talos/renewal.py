@@ -69,15 +69,17 @@ def kubeconfig_ca(text: str) -> bytes:
     return base64.b64decode((cluster.get("cluster") or {}).get("certificate-authority-data") or "")
 
 
-def renew_kubeconfig(text: str, k8s_ca: CertKey, now: dt.datetime | None = None) -> str:
-    """The same kubeconfig (server, names) with a fresh admin client certificate of `k8s_ca`,
-    which it trusts as the server's CA too (after a CA rotation it is a new one)."""
+def renew_kubeconfig(text: str, k8s_ca: CertKey, now: dt.datetime | None = None, *, common_name: str = "admin",
+                     groups: tuple[str, ...] = ("system:masters",), lifetime: dt.timedelta | None = None) -> str:
+    """The same kubeconfig (server, names) with a fresh client certificate of `k8s_ca` (admin by
+    default; another user, groups and lifetime for a person's), which it trusts as the server's
+    CA too (after a CA rotation it is a new one)."""
     doc = yaml.safe_load(text)
     for cluster in doc.get("clusters") or []:
         if (cluster.get("cluster") or {}).get("certificate-authority-data"):
             cluster["cluster"]["certificate-authority-data"] = base64.b64encode(k8s_ca.crt).decode()
-    client = pki.issue_cert(k8s_ca, common_name="admin", organizations=["system:masters"], client=True,
-                            key_type="ecdsa", days=KUBECONFIG_CERT_DAYS, now=now)
+    client = pki.issue_cert(k8s_ca, common_name=common_name, organizations=list(groups), client=True,
+                            key_type="ecdsa", days=KUBECONFIG_CERT_DAYS, now=now, lifetime=lifetime)
     user = _user(doc)
     user["client-certificate-data"] = base64.b64encode(client.crt).decode()
     user["client-key-data"] = base64.b64encode(pki.to_standard_pem(client.key)).decode()

@@ -40,14 +40,15 @@ class TalosConfig:
         return f"TalosConfig(context={self.context!r}, endpoints={self.endpoints!r}, nodes={self.nodes!r}, <certs>)"
 
 
-def issue_client_cert(os_ca: CertKey, role: str = "os:admin", now: dt.datetime | None = None) -> CertKey:
+def issue_client_cert(os_ca: CertKey, role: str = "os:admin", now: dt.datetime | None = None,
+                      lifetime: dt.timedelta | None = None) -> CertKey:
     """Client certificate as `talosctl gen config` issues it: Ed25519, Organization=role, no CN,
     EKU exactly ClientAuth (apid rejects anything else when apidCheckExtKeyUsage is on)."""
     if role not in ROLES:
         raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
     return pki.issue_cert(
-        os_ca, organizations=[role], client=True, days=CLIENT_CERT_DAYS, key_type="ed25519", now=now
-    )
+        os_ca, organizations=[role], client=True, days=CLIENT_CERT_DAYS, key_type="ed25519", now=now,
+        lifetime=lifetime)
 
 
 _PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+=\-]*$")

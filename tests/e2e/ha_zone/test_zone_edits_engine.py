@@ -13,13 +13,19 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes import client as kclient
+from kubernetes import config as kconfig
 
 from kontinuum.hub.inventory import Inventory
 from kontinuum.naming import instance_name
+from kontinuum.talos import talosconfig
+from kontinuum.talos.client import TalosClient
+from kontinuum.talos.errors import PermissionDeniedError
 from lab.pulumi_cli import ROOT, Stack
 from tests.e2e.cluster_lab import (REGION, address, all_nodes, calls, delta, mutating, node_state, ready, write_config,
                                    zone)
@@ -72,6 +78,38 @@ def machine(a: str) -> str:
 
 def web(z: dict) -> dict:
     return next(p for p in z["workers"] if p["name"] == "web")
+
+
+def people(stack, kind: str, tmp_path, *args: str) -> Path:
+    out = tmp_path / kind
+    made = subprocess.run([sys.executable, "-m", "kontinuum", kind, "--stack", stack.name, "--zone", "ha", "-o", str(out),
+                           *args], cwd=ROOT, env=stack.env(), capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0 and "expires" in made.stderr, made.stderr
+    assert out.stat().st_mode & 0o777 == 0o600
+    return out
+
+
+def test_credentials_for_people_carry_only_their_role_and_group(zone_stack, tmp_path):
+    """A reader talosconfig reads and may not reset; a view kubeconfig lists and may not write."""
+    stack, _ = zone_stack
+    cp = address(0)
+    reader = talosconfig.parse(people(stack, "talosconfig", tmp_path, "--ttl", "1h").read_text())
+    assert reader.context == "reader@e2e-ha"
+    client_ = TalosClient.from_talosconfig(reader, node=cp, endpoint=cp)
+    assert client_.version().tag.startswith("v1.13")
+    before = calls([cp])
+    with pytest.raises(PermissionDeniedError):
+        client_.reset(graceful=True, reboot=True)
+    assert node_state(cp)["mode"] == "configured" and not mutating(delta(before, calls([cp])))
+    api = kconfig.new_client_from_config(str(people(stack, "kubeconfig", tmp_path, "--user", "ada")))
+    try:
+        core = kclient.CoreV1Api(api)
+        assert core.list_namespaced_pod("kube-system", _request_timeout=10).items
+        with pytest.raises(kclient.ApiException) as refused:
+            core.create_namespaced_config_map("default", {"metadata": {"name": "ada-was-here"}}, _request_timeout=10)
+        assert refused.value.status == 403
+    finally:
+        api.close()
 
 
 def test_timeouts_of_discovery_and_claim_touch_no_node_and_preview_no_replace(zone_stack):
