@@ -16,6 +16,8 @@ COMMANDS = {
     "recover": ("kontinuum.cli.recover", "settle what a killed up or destroy left (tools/pulumi runs it first)"),
     "backup": ("kontinuum.cli.backup", "take an encrypted etcd snapshot of a zone (Talos EtcdSnapshot)"),
     "restore": ("kontinuum.cli.restore", "bring a zone's etcd back from a backup (Talos disaster recovery)"),
+    "status": ("kontinuum.cli.status", "how every zone is doing (read-only, bounded): exit 0 fine / 1 warning / "
+               "2 unhealthy / 3 unreachable"),
     "talosconfig": ("kontinuum.cli.talosconfig", "issue a short-lived talosconfig for a person (role, TTL), 0600"),
     "kubeconfig": ("kontinuum.cli.kubeconfig", "issue a short-lived kubeconfig for a person (group, TTL), 0600"),
 }

@@ -24,11 +24,11 @@ class BackupSettings:
     keep: int
 
 
-def _name(urn: str) -> str:
+def resource_name(urn: str) -> str:
     return urn.rsplit("::", 1)[-1]
 
 
-def _props(res: dict) -> dict:
+def resource_props(res: dict) -> dict:
     return {k: secret_value(v) for k, v in {**(res.get("inputs") or {}), **(res.get("outputs") or {})}.items()}
 
 
@@ -39,21 +39,21 @@ def zone_access(deployment: dict, stack: str, zone: str) -> tuple[ZoneAccess, Ba
     if not region:
         raise BackupError(f"stack {stack} has no `region` output: has `pulumi up` run on it?")
     cluster = f"{region}-{zone}"
-    by_name = {_name(r["urn"]): r for r in resources if r.get("custom")}
-    known = sorted(_name(r["urn"])[len(region) + 1:] for r in resources
-                   if r.get("type") == "kontinuum:index:Zone" and _name(r["urn"]).startswith(f"{region}-"))
+    by_name = {resource_name(r["urn"]): r for r in resources if r.get("custom")}
+    known = sorted(resource_name(r["urn"])[len(region) + 1:] for r in resources
+                   if r.get("type") == "kontinuum:index:Zone" and resource_name(r["urn"]).startswith(f"{region}-"))
     secrets_res = by_name.get(f"{cluster}-secrets")
     if secrets_res is None:
         raise BackupError(f"stack {stack} has no zone {zone!r} (zones in its state: {', '.join(known) or 'none'})")
-    s = _props(secrets_res)
+    s = resource_props(secrets_res)
     # What the nodes trust: the CaRotation hands TalosSecrets' bundle on only once a rotation finished.
-    s.update({k: v for k, v in _props(by_name.get(f"{cluster}-ca-rotation") or {}).items()
+    s.update({k: v for k, v in resource_props(by_name.get(f"{cluster}-ca-rotation") or {}).items()
               if k in ("talosconfig", "secretsYaml") and v})
-    backup = _props(by_name.get(f"{cluster}-etcd-backup") or {})
+    backup = resource_props(by_name.get(f"{cluster}-etcd-backup") or {})
     workers, port = [], backup.get("talosPort")
     for r in resources:
         parent = r.get("parent") or ""
-        p = _props(r) if parent.endswith(f"kontinuum:index:TalosCluster::{cluster}") else {}
+        p = resource_props(r) if parent.endswith(f"kontinuum:index:TalosCluster::{cluster}") else {}
         if p.get("role") == "worker" and p.get("address"):
             workers.append(str(p["address"]))
         if p.get("role") == "controlplane" and p.get("talosPort"):
@@ -73,7 +73,7 @@ def zone_kubeconfig(deployment: dict, cluster: str) -> str:
     """The zone's admin kubeconfig as its Kubeconfig resource holds it (server and CA for a
     person's kubeconfig; its own certificate is never handed out)."""
     for r in deployment.get("resources") or []:
-        if r.get("custom") and _name(r["urn"]) == f"{cluster}-kubeconfig" and r["type"].endswith(":Kubeconfig"):
-            if text := _props(r).get("kubeconfig"):
+        if r.get("custom") and resource_name(r["urn"]) == f"{cluster}-kubeconfig" and r["type"].endswith(":Kubeconfig"):
+            if text := resource_props(r).get("kubeconfig"):
                 return str(text)
     raise BackupError(f"zone {cluster}: the state holds no kubeconfig for it yet (run `pulumi up` first)")

@@ -8,6 +8,7 @@ beyond one probe, and nothing is done to a machine the edit does not name.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -53,12 +54,21 @@ def up(stack, tmp_path) -> tuple[dict, list[dict]]:
     return mutating(delta(before, calls(all_nodes()))), events(log)
 
 
+def status(stack, tmp_path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kontinuum", "status", "--stack", stack.name, "--timeout", "3",
+                           "--json", str(tmp_path / "status.json")], cwd=ROOT, env=stack.env(), capture_output=True,
+                          text=True, timeout=120)
+
+
 def test_a_crashed_worker_marked_lost_leaves_without_a_call_and_its_pods_move(zone_stack, tmp_path):
     stack, lab = zone_stack
     gone = address(4)
     api, c = core(stack)
     name = node_names(c)[gone]
     control.crash(gone)
+    said = status(stack, tmp_path)  # between runs: the status names the dead node, exit 2 (unhealthy)
+    assert said.returncode == 2 and f"node(s) {gone} do not answer the Talos API" in said.stdout, said.stdout
+    assert json.loads((tmp_path / "status.json").read_text())[0]["zones"][0]["state"] == "unhealthy"
     edit(stack, lambda _, z: (mark_lost(z, gone), web(z).update({"replicas": 1})))
     made, _ = up(stack, tmp_path)
     assert made == {}, made  # no reset of the dead machine, no apply anywhere

@@ -1,0 +1,122 @@
+"""The read-only, bounded look `python -m kontinuum status` takes at one zone (fleet_status.py
+judges it): from the stack's state the configured versions, the credentials and the backup
+folder; from the zone itself each node's Talos version, etcd's health, the Nodes and the zone's
+TLS certificate. Nothing is changed anywhere; every call has its own bound.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from kubernetes import client
+
+from kontinuum.backup.files import backups, zone_directory
+from kontinuum.backup.stack_state import resource_name, resource_props, zone_access, zone_kubeconfig
+from kontinuum.errors import KontinuumError
+from kontinuum.fleet_status import Observation
+from kontinuum.hub.crds import ZONE_NAMESPACE
+from kontinuum.kube.clients import api_client, describe_error
+from kontinuum.lifecycle import etcd_health
+from kontinuum.talos import renewal, secrets, talosconfig
+from kontinuum.talos.errors import TalosError
+
+TLS_SECRET = "kontinuum-tls"  # the zone footprint's certificate (kontinuum_components/downstream.py)
+VERIFIED_SUFFIX = ".verified.json"  # what a verified backup carries beside it
+
+
+def zones_of(deployment: dict) -> tuple[str | None, list[str]]:
+    """(region, zone names) the stack's state holds."""
+    resources = deployment.get("resources") or []
+    root = next((r for r in resources if r.get("type") == "pulumi:pulumi:Stack"), None)
+    region = ((root or {}).get("outputs") or {}).get("region")
+    zones = sorted(resource_name(r["urn"])[len(region) + 1:] for r in resources
+                   if region and r.get("type") == "kontinuum:index:Zone" and resource_name(r["urn"]).startswith(f"{region}-"))
+    return region, zones
+
+
+def configured_versions(deployment: dict, cluster: str) -> tuple[str | None, str | None]:
+    talos = kubernetes = None
+    for r in deployment.get("resources") or []:
+        if not r.get("custom"):
+            continue
+        if r["type"].endswith(":TalosUpgrade") and (r.get("parent") or "").endswith(f"TalosCluster::{cluster}"):
+            talos = talos or resource_props(r).get("talosVersion")
+        elif resource_name(r["urn"]) == f"{cluster}-kubernetes-version":
+            kubernetes = resource_props(r).get("version")
+    return talos, kubernetes
+
+
+def observe(deployment: dict, stack: str, zone: str, *, timeout: float, now: dt.datetime) -> Observation:
+    access, settings = zone_access(deployment, stack, zone)
+    o = Observation(access.cluster)
+    o.configured_talos, o.configured_kubernetes = configured_versions(deployment, access.cluster)
+    bundle = secrets.load(access.secrets_yaml, check_rsa=False)
+    admin = zone_kubeconfig(deployment, access.cluster)
+    o.expiries = {"the Talos API CA": renewal.expiry(bundle.os.crt), "the Kubernetes CA": renewal.expiry(bundle.k8s.crt),
+                  "the etcd CA": renewal.expiry(bundle.etcd.crt),
+                  "the admin talosconfig": renewal.expiry(talosconfig.parse(access.talosconfig).crt),
+                  "the admin kubeconfig": renewal.expiry(renewal.kubeconfig_cert(admin))}
+    nodes = [*access.control_planes, *access.workers]
+    with ThreadPoolExecutor(max_workers=min(8, len(nodes))) as pool:
+        o.talos = dict(zip(nodes, pool.map(lambda n: _version(access, n, timeout), nodes)))
+    if any(o.talos.get(cp) for cp in access.control_planes):
+        o.etcd_problem = etcd_health.problem(access.client, list(access.control_planes), timeout)
+    _kubernetes(o, admin, timeout)
+    if settings is not None:
+        _backup(o, zone_directory(settings.directory, stack, access.cluster))
+    return o
+
+
+def _version(access, node: str, timeout: float) -> str | None:
+    try:
+        return access.client(node).version(timeout=timeout).tag
+    except TalosError:
+        return None
+
+
+def _kubernetes(o: Observation, kubeconfig: str, timeout: float) -> None:
+    api = api_client(kubeconfig, retries=0)
+    try:
+        core = client.CoreV1Api(api)
+        for node in core.list_node(_request_timeout=timeout).items:
+            ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+            o.nodes[node.metadata.name] = (ready, node.status.node_info.kubelet_version if node.status.node_info else "")
+        try:
+            secret = core.read_namespaced_secret(TLS_SECRET, ZONE_NAMESPACE, _request_timeout=timeout)
+            crt = base64.b64decode((secret.data or {}).get("tls.crt", ""))
+            if crt:
+                o.expiries["the zone's TLS certificate"] = renewal.expiry(crt)
+        except client.ApiException as e:
+            if e.status != 404:
+                raise
+    except Exception as e:  # noqa: BLE001 - any failure to read the API is what the status reports
+        o.api_problem = describe_error(e)
+    finally:
+        api.close()
+
+
+def _backup(o: Observation, folder: Path) -> None:
+    found = backups(folder, o.cluster)
+    if not found:
+        return
+    newest = found[-1]
+    o.backup_path = str(newest)
+    o.backup_at = dt.datetime.fromtimestamp(newest.stat().st_mtime, dt.timezone.utc)
+    o.backup_verified = newest.with_name(newest.name + VERIFIED_SUFFIX).exists()
+
+
+def observe_stack(deployment: dict, stack: str, *, timeout: float, now: dt.datetime) -> tuple[str | None, list]:
+    """(region, [Observation or (zone, error text)]) for every zone of the stack, zones in parallel."""
+    region, zones = zones_of(deployment)
+
+    def one(zone: str):
+        try:
+            return observe(deployment, stack, zone, timeout=timeout, now=now)
+        except KontinuumError as e:
+            return zone, str(e)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(4, len(zones)))) as pool:
+        return region, list(pool.map(one, zones))
