@@ -1,6 +1,6 @@
 """Benchmarks (issue 9): `make bench`, or
 
-    venv/bin/python -m bench [--runs N] [--only preview50,noop,zones,labrss,upgrade] [--zones 1,4,8] [--profile]
+    venv/bin/python -m bench [--runs N] [--only preview50,noop,zones,labrss,upgrade,rollout] [--zones 1,4,8] [--profile]
                              [--preview-budget S] [--zones-budget S] [--noop-budget S] [--destroy-timeout S]
 
 Runs each benchmark N times (default 3; BENCH_RUNS also sets it), prints every section and
@@ -23,14 +23,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import common, labrss, noop, preview50, report, suite, upgrade, zones
+from bench import common, labrss, noop, preview50, report, rollout, suite, upgrade, zones
 
 BENCHMARKS = {"preview50": preview50, "noop": noop, "zones": zones, "labrss": labrss, "upgrade": upgrade,
-              "suite": suite}
-REPORT_ORDER = ["preview50", "noop", "zones", "labrss", "upgrade", "suite"]
+              "rollout": rollout, "suite": suite}
+REPORT_ORDER = ["preview50", "noop", "zones", "labrss", "upgrade", "rollout", "suite"]
 DEFAULT = [b for b in REPORT_ORDER if b != "suite"]  # the suite only when asked: it is the whole `make test`
 ANALYSIS = "analysis"  # written by hand into RESULTS.md between its markers; kept verbatim
-RUN_ORDER = ["preview50", "zones", "noop", "labrss", "upgrade", "suite"]
+RUN_ORDER = ["preview50", "zones", "noop", "labrss", "upgrade", "rollout", "suite"]
 RESULTS = common.ROOT / "bench" / "RESULTS.md"
 
 
