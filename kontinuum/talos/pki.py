@@ -139,7 +139,7 @@ def new_ca(
         .public_key(key.public_key())
         .serial_number(_serial())
         .not_valid_before(start)
-        .not_valid_after(start + (lifetime if lifetime is not None else dt.timedelta(days=days)))
+        .not_valid_after(start + dt.timedelta(days=days))
         .add_extension(_key_usage(digital_signature=True, cert_sign=True), critical=True)
         .add_extension(
             x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
