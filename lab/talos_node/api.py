@@ -22,7 +22,7 @@ from grpclib.exceptions import GRPCError
 
 from kontinuum.talos import pki
 from lab.controlplane import kubeconfig_text
-from lab.talos_node import etcd_api, etcd_service, resources
+from lab.talos_node import apply_decision, etcd_api, etcd_service, resources
 from lab.talos_node.call import Call
 from lab.talos_node.cluster import AlreadyBootstrapped, HealthQuery
 from lab.talos_node.machineconfig import AppliedConfig, InvalidConfig, parse, v1alpha1_document
@@ -42,6 +42,15 @@ _INSTALLER_TAG = re.compile(r":(v\d+\.\d+\.\d+[^@/]*)(@sha256:[0-9a-f]+)?$")
 
 def _mode_name(mode: int) -> str:
     return Mode.Mode.Name(mode).lower().replace("_", "-")
+
+
+_MODES = {_mode_name(m): m for m in Mode.Mode.values()}
+_APPLY_GUARD_SINCE = (1, 13, 3)  # Talos's ApplyConfiguration concurrency guard (commit 01b434870)
+
+
+def _has_apply_guard(version: str) -> bool:
+    found = re.match(r"v?(\d+)\.(\d+)\.(\d+)", version)
+    return found is not None and tuple(int(g) for g in found.groups()) >= _APPLY_GUARD_SINCE
 
 
 class NodeApi:
@@ -76,41 +85,36 @@ class NodeApi:
     # --- MachineService -------------------------------------------------------------------
 
     async def apply_configuration(self, call: Call, request) -> machine_pb2.ApplyConfigurationResponse:
+        """Talos's handler: parse and validate, decide live or reboot (apply_decision.py), answer
+        a dry run, then apply. machine.ca/acceptedCAs and cluster.ca/acceptedCAs change live
+        (talosctl rotate-ca's phases): apid reloads its certificates, the lab's control plane
+        restarts its apiserver on the new chain (lab/clusters.py)."""
         node = self.node
         if node.mode == "maintenance":
             return self._apply_in_maintenance(call, request)
+        if node.reboot_applied_at == node.boots and _has_apply_guard(node.talos_version):
+            raise GRPCError(Status.FAILED_PRECONDITION, "configuration was already applied and node is rebooting, "
+                                                        "cannot apply more configuration changes until next reboot")
         new = self._parse(request.data)
         old = self._config()
-        # machine.ca / machine.acceptedCAs and cluster.ca / cluster.acceptedCAs change without a
-        # reboot (talosctl rotate-ca's phases): apid picks up the new certificates live, the lab's
-        # control plane restarts its apiserver with the new chain (lab/clusters.py).
-        same_identity = (new.cluster_key, new.machine_type) == (old.cluster_key, old.machine_type)
-        new_pki = (new.os_ca, new.trusted_cas) != (old.os_ca, old.trusted_cas)
-        mode = request.mode
-        if mode == Mode.AUTO:
-            mode = Mode.NO_REBOOT if same_identity else Mode.REBOOT
-        if mode in (Mode.NO_REBOOT, Mode.TRY) and not same_identity:
-            raise GRPCError(
-                Status.INVALID_ARGUMENT,
-                "this config change can't be applied in immediate mode: the machine type or cluster identity changed",
-            )
-        details = {
-            Mode.REBOOT: "Applied configuration with a reboot",
-            Mode.NO_REBOOT: "Applied configuration without a reboot",
-            Mode.TRY: "Applied configuration without a reboot",
-            Mode.STAGED: "Staged configuration to be applied after the next reboot",
-        }[mode]
+        try:
+            resolved = apply_decision.resolve(_mode_name(request.mode), old.raw, new.raw)
+        except apply_decision.RefusedLive as exc:
+            raise GRPCError(Status.INVALID_ARGUMENT, str(exc)) from None
+        mode = _MODES[resolved.mode]
         if request.dry_run:
-            return self._applied(mode, f"Dry run summary:\n{details} (skipped in dry-run).")
+            return self._applied(mode, apply_decision.dry_run_details(resolved, old.raw, new.raw))
+        node.record("apply", mode=resolved.mode, requested=_mode_name(request.mode), stage="configured")
         if mode == Mode.REBOOT:
+            node.reboot_applied_at = node.boots
             call.after_reply.append(lambda: node.schedule_reboot(lambda: node.adopt(new)))
         elif mode == Mode.STAGED:
             node.staged = new
         else:
             node.config = new
-            if new_pki:
+            if (new.os_ca, new.trusted_cas) != (old.os_ca, old.trusted_cas):
                 call.after_reply.append(node.schedule_tls_reload)
-        return self._applied(mode, details)
+        return self._applied(mode, resolved.details)
 
     def _apply_in_maintenance(self, call: Call, request) -> machine_pb2.ApplyConfigurationResponse:
         if request.mode in (Mode.NO_REBOOT, Mode.STAGED):
@@ -121,6 +125,7 @@ class NodeApi:
         new = self._parse(request.data)
         if request.dry_run:
             return self._applied(Mode.REBOOT, "Dry run summary:\nNode is running in maintenance mode and does not have a config yet.")
+        self.node.record("apply", mode="reboot", requested=_mode_name(request.mode), stage="maintenance")
         call.after_reply.append(lambda: self.node.schedule_reboot(lambda: self.node.adopt(new)))
         return self._applied(Mode.REBOOT, "Applied configuration with a reboot")
 

@@ -102,6 +102,7 @@ class EmulatedNode:
         self.booted_at = Timestamp()
         self.boots = 0  # completed boots; lets a waiter tell a finished reboot from none yet
         self.boot_id = str(uuid.uuid4())
+        self.reboot_applied_at: int | None = None  # `boots` when a REBOOT-mode apply was accepted
         self.upgrading = False  # an installer runs (LifecycleService.Upgrade)
         self.events: list[dict] = []  # what happened to the machine, in order (record())
         self.pulled: set[tuple[int, str]] = set()  # (containerd namespace, image) pulled this boot
