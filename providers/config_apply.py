@@ -25,8 +25,8 @@ from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvide
 from kontinuum.errors import KontinuumError
 from kontinuum.lifecycle import etcd_health
 from kontinuum.talos import talosconfig
-from kontinuum.talos.errors import (FingerprintMismatchError, InvalidMachineConfigError, NodeUnreachableError,
-                                    NotInMaintenanceError, TalosError, TalosTimeoutError, TlsTrustError)
+from kontinuum.talos.errors import (FingerprintMismatchError, NeedsRebootError, NodeUnreachableError, NotInMaintenanceError,
+                                    TalosError, TalosTimeoutError, TlsTrustError)
 from kontinuum.talos.talosconfig import APID_PORT
 from kontinuum.talos.waits import WAIT_DEFAULTS, NotYet, WaitTimeout, wait_until
 from providers.common import TypedResource, diff_inputs, with_secret_outputs
@@ -142,9 +142,9 @@ def _foreign(props: dict, exc: TlsTrustError) -> KontinuumError:
     )
 
 
-def _needs_reboot(props: dict, exc: InvalidMachineConfigError) -> KontinuumError:
+def _needs_reboot(props: dict) -> KontinuumError:
     return KontinuumError(
-        f"ConfigApply {props['address']}: the node refuses its changed config without a reboot ({exc.problem}). "
+        f"ConfigApply {props['address']}: the node refuses its changed config without a reboot. "
         "Reboots for a config change are made only by the zone's ConfigRollout, one node at a time; it runs before "
         "every ConfigApply and asks each node first, so the node's answer changed in between. Nothing was applied; "
         "run `pulumi up` again.")
@@ -163,8 +163,8 @@ def _apply_once(props: dict, left: float, *, prefer_mtls: bool, fingerprint: str
             return result.mode
         except TlsTrustError as exc:
             info(f"{address}: no mTLS answer ({exc.problem}); trying maintenance mode")
-        except InvalidMachineConfigError as exc:
-            raise _needs_reboot(props, exc) from exc
+        except NeedsRebootError as exc:
+            raise _needs_reboot(props) from exc
     try:
         maintenance_client(props, fingerprint).apply_config(props["config"], mode="auto", timeout=timeout)
         info(f"{address}: applied the config in maintenance mode; the node installs and reboots")

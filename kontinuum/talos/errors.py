@@ -87,6 +87,17 @@ class InvalidMachineConfigError(TalosError):
     remedy = "Fix the machine config (the node's validator message is above) and apply it again."
 
 
+class NeedsRebootError(InvalidMachineConfigError):
+    """A no-reboot (or try) apply that Talos refuses because the change needs a reboot. Talos's
+    message carries a diff of the whole config, secrets included: only its first line is kept."""
+
+    remedy = ("Talos applies this change only with a reboot. Let the zone's config rollout make it (it reboots one "
+              "node at a time), or apply it in auto mode yourself.")
+
+
+IMMEDIATE_REFUSAL = "can't be applied in immediate mode"
+
+
 class AlreadyBootstrappedError(TalosError):
     """etcd already has data on this node: the cluster was bootstrapped before. Callers that
     want bootstrap to be idempotent treat this as success."""
@@ -157,6 +168,8 @@ _UNREACHABLE_ERRNOS = {
 def from_status(node: str, operation: str, status: Status, message: str) -> TalosError:
     """Map a gRPC status (from the call or from a reply's metadata) to its typed error."""
     problem = f"{status.name}: {message}" if message else status.name
+    if status is Status.INVALID_ARGUMENT and operation == "apply-config" and IMMEDIATE_REFUSAL in message:
+        return NeedsRebootError(node, operation, f"{status.name}: {message.splitlines()[0]}", status=status)
     if status is Status.INVALID_ARGUMENT and operation == "apply-config":
         cls: type[TalosError] = InvalidMachineConfigError
     elif status is Status.ALREADY_EXISTS and operation == "bootstrap":

@@ -189,3 +189,15 @@ def test_no_change_no_plan_and_no_diff(tc):
     recorded = {"configHashes": {p: config_hash(c) for p, c in CONFIGS.items()}}
     assert not diff_config_rollout(recorded, props(tc)).changes
     assert diff_config_rollout(recorded, props(tc, configs={**CONFIGS, "workers": "changed"})).changes
+
+
+def test_talos_refusing_a_live_apply_is_told_apart_and_its_diff_with_secrets_is_dropped():
+    from grpclib.const import Status
+
+    from kontinuum.talos.errors import InvalidMachineConfigError, NeedsRebootError, from_status
+
+    refused = from_status("10.0.0.1", "apply-config", Status.INVALID_ARGUMENT,
+                          "this config change can't be applied in immediate mode\ndiff:\n-  key: c2VjcmV0\n+  key: bmV3")
+    assert isinstance(refused, NeedsRebootError) and "c2VjcmV0" not in str(refused) and "rollout" in str(refused)
+    invalid = from_status("10.0.0.1", "apply-config", Status.INVALID_ARGUMENT, "1 error occurred: bad cluster name")
+    assert type(invalid) is InvalidMachineConfigError and "bad cluster name" in str(invalid)
