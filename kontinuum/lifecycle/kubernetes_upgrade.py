@@ -405,12 +405,12 @@ def rollout(ctx: Context, steps: list[Step], target: str, current: str | None = 
     versions: dict[str, dict[str, str]] = {}
     proxied = False
     for i, step in enumerate(steps, 1):
-        if step.phase == KUBELETS and not proxied and ctx.sync_manifests:  # an upgrade, not an adoption
+        if step.phase == KUBELETS and not proxied:
             upgrade_proxy(ctx, steps)
             proxied = True
         ctx.log(f"Kubernetes upgrade step {i}/{len(steps)}: {step.node.name} ({step.node.address}) {step.phase}")
         versions.setdefault(step.node.name, {}).update(run_step(ctx, step, target))
-    if not proxied and ctx.sync_manifests:
+    if not proxied:
         upgrade_proxy(ctx, steps)
     if ctx.sync_manifests:
         sync_manifests(ctx, steps)
