@@ -247,7 +247,7 @@ def patch_image(ctx: Context, node: Node, component: str, image: str) -> bool:
     try:
         talos.apply_config(patched, mode="no-reboot")
     except TalosError as e:
-        reboot = "immediate mode" in str(e) or "reboot" in str(e).lower()
+        reboot = "immediate mode" in str(e)  # Talos: "this config change can't be applied in immediate mode"
         why = (" Talos says the change needs a reboot, which an image change never should: compare the node's live "
                "config with what it runs (`talosctl get machineconfig`)." if reboot else "")
         raise KubernetesUpgradeError(
@@ -257,8 +257,8 @@ def patch_image(ctx: Context, node: Node, component: str, image: str) -> bool:
     return True
 
 
-def _wait(ctx: Context, node: Node, component: str, target: str, read: Callable[[], Seen | None],
-          done: Callable[[Seen], bool], what: str) -> Seen:
+def _wait(ctx: Context, node: Node, component: str, read: Callable[[], Seen | None], done: Callable[[Seen], bool],
+          what: str) -> Seen:
     def probe(_left: float) -> Seen:
         try:
             seen = read()
@@ -277,7 +277,7 @@ def _wait(ctx: Context, node: Node, component: str, target: str, read: Callable[
                              "if it is only slow, then run `pulumi up` again: finished nodes are not touched again.")
 
 
-def _wait_static_pod(ctx: Context, node: Node, component: str, image: str, target: str, before: str | None,
+def _wait_static_pod(ctx: Context, node: Node, component: str, image: str, before: str | None,
                      read: Callable[[], Seen | None]) -> Seen:
     """Wait until the node's mirror pod of `component` carries a `talos.dev/config-version`
     other than `before` (None: any), runs `image` and is Ready.
@@ -293,11 +293,11 @@ def _wait_static_pod(ctx: Context, node: Node, component: str, image: str, targe
         return bool(changed) and seen.image == image and seen.ready
 
     since = f", with a config version other than {before}" if before is not None else ""
-    return _wait(ctx, node, component, target, read, done, f"run {image}{since} and be Ready")
+    return _wait(ctx, node, component, read, done, f"run {image}{since} and be Ready")
 
 
 def _wait_kubelet(ctx: Context, node: Node, target: str, read: Callable[[], Seen | None]) -> Seen:
-    return _wait(ctx, node, KUBELET, target, read, lambda seen: _done(seen, target), f"run {target} and be Ready")
+    return _wait(ctx, node, KUBELET, read, lambda seen: _done(seen, target), f"run {target} and be Ready")
 
 
 def _move(ctx: Context, node: Node, component: str, image: str, target: str, seen: Seen | None,
@@ -306,7 +306,8 @@ def _move(ctx: Context, node: Node, component: str, image: str, target: str, see
     changed = patch_image(ctx, node, component, image)
     if component == KUBELET:
         return _wait_kubelet(ctx, node, target, read)
-    return _wait_static_pod(ctx, node, component, image, target, seen.config_version if changed and seen else None, read)
+    before = seen.config_version if changed and seen and seen.config_version else None
+    return _wait_static_pod(ctx, node, component, image, before, read)
 
 
 def run_step(ctx: Context, step: Step, target: str) -> dict[str, str]:
