@@ -60,3 +60,32 @@ def test_the_node_serves_static_pods_on_control_planes_and_a_kubelet_spec_everyw
     assert (kr.NAMESPACE, kr.KUBELET_SPEC) not in resources.specs(
         resources.NodeFacts(address="127.0.62.6", talos_version="v1.13.0", stage="maintenance", ready=True))
     assert {kr.STATIC_POD, kr.KUBELET_SPEC} <= set(resources.DEFINITIONS) and kr.NAMESPACE in resources.NAMESPACES
+
+
+def _fields(data: bytes) -> list[tuple[int, bytes]]:
+    """Length-delimited protobuf fields (number, payload), in order."""
+    out, i = [], 0
+    while i < len(data):
+        key, i = data[i], i + 1
+        length = shift = 0
+        while True:
+            byte, i = data[i], i + 1
+            length |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+        out.append((key >> 3, data[i:i + length]))
+        i += length
+    return out
+
+
+def test_the_protobuf_forms_decode_as_talos_messages():
+    from google.protobuf import json_format, struct_pb2
+
+    pod = kr.static_pod(doc(), "kube-scheduler", address="127.0.62.7")
+    [(number, payload)] = _fields(kr.static_pod_proto(pod))
+    assert number == 1 and json_format.MessageToDict(struct_pb2.Struct.FromString(payload)) == pod
+    spec = kr.kubelet_spec(doc(), hostname="n1", address="127.0.62.7")
+    fields = _fields(kr.kubelet_spec_proto(spec))
+    assert [f for f, _ in fields] == [1] + [2] * len(spec["args"]) + [4, 5]
+    assert [p.decode() for f, p in fields if f == 2] == spec["args"] and fields[0][1].decode() == spec["image"]
