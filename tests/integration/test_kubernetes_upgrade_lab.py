@@ -14,6 +14,7 @@ import pytest
 import yaml
 from kubernetes import client, config as kconfig
 
+from kontinuum.lifecycle import kubernetes_preflight
 from kontinuum.lifecycle import kubernetes_upgrade as ku
 from kontinuum.talos import machineconfig as mc
 from kontinuum.talos import secrets, talosconfig
@@ -133,4 +134,9 @@ def test_mirror_pods_and_kubelet_versions_follow_the_config_and_the_rollout_driv
         # A second rollout reads the truth and sends nothing.
         assert ku.rollout(ctx, ku.plan(nodes), f"v{NEW}") == result
         assert {a: lab.node(a).calls.get("ApplyConfiguration", 0) for a in (CP, WORKER)} == calls
+
+        # The pre-flight's removed-API count against the real apiserver: a resource it does not
+        # serve (1.32 removed it) is NotFound, so not in use; one it serves is counted.
+        counts = kubernetes_preflight.api_counts(api, ["podschedulingcontexts.v1alpha3.resource.k8s.io", "nodes.v1"])
+        assert counts == {"nodes.v1": 2}
         api.close()
