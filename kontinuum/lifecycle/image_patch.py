@@ -15,6 +15,9 @@ import re
 
 import yaml
 
+from kontinuum.errors import KontinuumError
+from kontinuum.talos.errors import TalosError
+
 IMAGE_PATHS: dict[str, tuple[str, ...]] = {
     "kube-apiserver": ("cluster", "apiServer", "image"),
     "kube-controller-manager": ("cluster", "controllerManager", "image"),
@@ -26,6 +29,10 @@ IMAGE_PATHS: dict[str, tuple[str, ...]] = {
 
 class NoV1Alpha1(ValueError):
     """The config has no v1alpha1 document to patch."""
+
+
+class ImagePatchError(KontinuumError):
+    """A node's live config could not be read, patched or applied; nothing after it was touched."""
 
 
 def _v1alpha1(docs: list) -> dict:
@@ -64,3 +71,31 @@ def with_image(config: str, component: str, image: str) -> str:
         parent = parent[key]
     parent[leaf] = image
     return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def apply(talos, who: str, component: str, image: str) -> bool:
+    """Read the node's live config (`talos`: its TalosClient), set only the component's image and
+    apply it NO_REBOOT. False, with no apply, when the live config names that image already.
+    `who` names the node in errors."""
+    try:
+        live = talos.machine_config()
+    except TalosError as e:
+        raise ImagePatchError(f"could not read the live machine config of {who} ({e}). Nothing after this node was "
+                              "touched; bring it back, then run `pulumi up` again.") from e
+    try:
+        if image_in(live, component) == image:
+            return False
+        patched = with_image(live, component, image)
+    except (ValueError, yaml.YAMLError) as e:
+        raise ImagePatchError(f"the live machine config of {who} cannot take an image patch ({e}); nothing after "
+                              "this node was touched.") from e
+    try:
+        talos.apply_config(patched, mode="no-reboot")
+    except TalosError as e:
+        # Talos: "this config change can't be applied in immediate mode" (a reboot would be needed)
+        why = (" Talos says the change needs a reboot, which an image change never should: compare the node's live "
+               "config with what it runs (`talosctl get machineconfig`)." if "immediate mode" in str(e) else "")
+        raise ImagePatchError(f"{who} refused its live config with only {component} set to {image} in no-reboot "
+                              f"mode ({e}).{why} Nothing after this node was touched; fix the cause, then run "
+                              "`pulumi up` again.") from e
+    return True

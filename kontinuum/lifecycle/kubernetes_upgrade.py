@@ -228,33 +228,9 @@ def _done(seen: Seen | None, target: str) -> bool:
 
 
 def patch_image(ctx: Context, node: Node, component: str, image: str) -> bool:
-    """Set only `component`'s image in the node's live config and apply it NO_REBOOT (talosctl's
-    patch). False, with no apply, when the live config names that image already."""
-    talos = ctx.client_for(node.address)
-    try:
-        live = talos.machine_config()
-    except TalosError as e:
-        raise KubernetesUpgradeError(f"could not read the live machine config of {node.name} ({node.address}) "
-                                     f"({e}). Nothing after this node was touched; bring it back, then run "
-                                     "`pulumi up` again.") from e
-    try:
-        if image_patch.image_in(live, component) == image:
-            return False
-        patched = image_patch.with_image(live, component, image)
-    except (ValueError, yaml.YAMLError) as e:
-        raise KubernetesUpgradeError(f"the live machine config of {node.name} ({node.address}) cannot take an image "
-                                     f"patch ({e}); nothing after this node was touched.") from e
-    try:
-        talos.apply_config(patched, mode="no-reboot")
-    except TalosError as e:
-        reboot = "immediate mode" in str(e)  # Talos: "this config change can't be applied in immediate mode"
-        why = (" Talos says the change needs a reboot, which an image change never should: compare the node's live "
-               "config with what it runs (`talosctl get machineconfig`)." if reboot else "")
-        raise KubernetesUpgradeError(
-            f"{node.name} ({node.address}) refused its live config with only {component} set to {image} in "
-            f"no-reboot mode ({e}).{why} Nothing after this node was touched; fix the cause, then run "
-            "`pulumi up` again.") from e
-    return True
+    """Set only `component`'s image in the node's live config, applied NO_REBOOT (image_patch.py);
+    False, with no apply, when the live config names that image already."""
+    return image_patch.apply(ctx.client_for(node.address), f"{node.name} ({node.address})", component, image)
 
 
 def _wait(ctx: Context, node: Node, component: str, read: Callable[[], Seen | None], done: Callable[[Seen], bool],

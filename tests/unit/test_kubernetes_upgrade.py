@@ -300,7 +300,7 @@ def test_a_no_reboot_refusal_stops_the_rollout_naming_the_node():
         return SimpleNamespace(apply_config=refuse, address=address, machine_config=c.machine_config)
 
     fake.client_for = client_for
-    with pytest.raises(ku.KubernetesUpgradeError) as err:
+    with pytest.raises(image_patch.ImagePatchError) as err:
         ku.rollout(ctx(fake), ku.plan(nodes()), NEW)
     text = str(err.value)
     assert "cp1 (127.0.47.11) refused its live config with only kube-apiserver set to" in text
