@@ -5,8 +5,11 @@ A Talos control plane runs kube-apiserver, kube-controller-manager and kube-sche
 pods from the images in its machine config (cluster.apiServer.image, cluster.controllerManager.
 image, cluster.scheduler.image), and its kubelet publishes a mirror Pod for each: kube-system,
 `<component>-<node>`, labels k8s-app=<component> and tier=control-plane, status.hostIP the node's
-address (how talosctl upgrade-k8s finds them). When the config's image changes, the kubelet
-replaces the static pod: the mirror Pod is deleted and created again with the new image, and kwok
+address (how talosctl upgrade-k8s finds them), annotation `talos.dev/config-version` the version
+of the component's config on that node (lab/talos_node/k8s_resources.py: a counter that goes up
+whenever that component's rendered config changes, as Talos's config resource version does; the
+node's COSI StaticPods carry the same). When it changes, Talos rewrites the static pod and the
+kubelet replaces it: the mirror Pod is deleted and created again with the new spec, and kwok
 walks it to Running and Ready (lab/kwok/stages.yaml). The Node reports the kubelet version of
 machine.kubelet.image (status.nodeInfo.kubeletVersion) and the Talos version in osImage; a
 changed config restarts the kubelet, which reports them again.
@@ -29,12 +32,15 @@ from typing import Iterable
 from kubernetes import client
 
 from lab.standins.loop import REQUEST_TIMEOUT
+from lab.talos_node import k8s_resources
+from lab.talos_node.machineconfig import v1alpha1_document
 
 log = logging.getLogger(__name__)
 
 NAMESPACE = "kube-system"
 SELECTOR = "tier=control-plane"
 MIRROR = "kubernetes.io/config.mirror"
+CONFIG_VERSION = k8s_resources.CONFIG_VERSION
 COMPONENTS = (
     ("kube-apiserver", ("cluster", "apiServer", "image")),
     ("kube-controller-manager", ("cluster", "controllerManager", "image")),
@@ -54,9 +60,10 @@ def images(doc: dict) -> dict[str, str]:
     return out
 
 
-def mirror_pod(component: str, image: str, *, node: str, node_uid: str, address: str) -> dict:
+def mirror_pod(component: str, image: str, *, node: str, node_uid: str, address: str, config_version: int = 1,
+               command: list[str] | None = None) -> dict:
     """The mirror Pod the kubelet publishes for one static pod (spec as Talos renders it, cut down)."""
-    digest = hashlib.sha256(f"{node}/{component}/{image}".encode()).hexdigest()[:16]
+    digest = hashlib.sha256(f"{node}/{component}/{image}/{config_version}".encode()).hexdigest()[:16]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -65,7 +72,7 @@ def mirror_pod(component: str, image: str, *, node: str, node_uid: str, address:
             "namespace": NAMESPACE,
             "labels": {"k8s-app": component, "tier": "control-plane"},
             "annotations": {MIRROR: digest, "kubernetes.io/config.hash": digest, "kubernetes.io/config.source": "file",
-                            "talos.dev/config-version": digest, "lab.kontinuum.sh/node-address": address},
+                            CONFIG_VERSION: str(config_version), "lab.kontinuum.sh/node-address": address},
             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid, "controller": True}],
         },
         "spec": {
@@ -75,7 +82,7 @@ def mirror_pod(component: str, image: str, *, node: str, node_uid: str, address:
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
             "tolerations": [{"operator": "Exists", "effect": "NoExecute"}],
-            "containers": [{"name": component, "image": image, "command": [f"/usr/local/bin/{component}"]}],
+            "containers": [{"name": component, "image": image, "command": command or [f"/usr/local/bin/{component}"]}],
         },
     }
 
@@ -93,21 +100,26 @@ def reconcile(core: client.CoreV1Api, members: Iterable, nodes: dict) -> None:
         _kubelet(core, machine, member, node)
         if not member.control_plane:
             continue
+        doc = v1alpha1_document(machine.config.raw)
         for component, image in member.static_pod_images.items():
             name = f"{component}-{member.hostname}"
             pod = pods.get(name)
-            if pod is not None and not pod.metadata.deletion_timestamp and pod.spec.containers[0].image == image:
+            spec = k8s_resources.static_pod(doc, component, address=member.address)
+            version = int(spec["metadata"]["annotations"][CONFIG_VERSION])
+            if pod is not None and not pod.metadata.deletion_timestamp and pod.spec.containers[0].image == image \
+                    and (pod.metadata.annotations or {}).get(CONFIG_VERSION) == str(version):
                 continue
             if pod is not None:  # the kubelet replaces a changed static pod: mirror goes, comes back
                 core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0, _request_timeout=REQUEST_TIMEOUT)
-            body = mirror_pod(component, image, node=member.hostname, node_uid=node.metadata.uid, address=member.address)
+            body = mirror_pod(component, image, node=member.hostname, node_uid=node.metadata.uid, address=member.address,
+                              config_version=version, command=spec["spec"]["containers"][0]["command"])
             try:
                 core.create_namespaced_pod(NAMESPACE, body, _request_timeout=REQUEST_TIMEOUT)
             except client.ApiException as e:
                 if e.status != 409:  # still going away: the next tick creates it
                     raise
                 continue
-            machine.record("static-pod", component=component, image=image)
+            machine.record("static-pod", component=component, image=image, config_version=str(version))
             log.info("node %s: static pod %s runs %s", member.hostname, component, image)
 
 

@@ -2,7 +2,8 @@
 recorded (DESIGN §10).
 
 diff is pure: it refuses, at preview, a change upgrade-k8s would refuse (one minor at a time,
-never back) and logs the plan, step by step (which node, which components, from → to), before
+never back; a flag, feature gate or admission plugin the target removes, set in our own configs
+or patches) and logs the plan, step by step (which node, which components, from → to), before
 any node is touched. create/update run the ordered rollout of kontinuum/lifecycle/
 kubernetes_upgrade.py (pre-pull of the target images, control planes' static pods one node at
 a time, kubelets node by node, then the bootstrap-manifest sync from a control plane's target
@@ -51,7 +52,7 @@ def _steps(props: dict) -> list[Step] | None:
         config = (configs or {}).get(n["pool"])
         if not known(config):
             return None
-        out.append(k8s_upgrade.Node(n["name"], n["address"], n.get("role") == "controlplane", config or ""))
+        out.append(k8s_upgrade.Node(n["name"], n["address"], n.get("role") == "controlplane", config or "", n["pool"]))
     return k8s_upgrade.plan(out)
 
 
@@ -70,9 +71,22 @@ def diff_kubernetes_version(olds: dict, news: dict) -> DiffResult:
     else:
         from kontinuum.lifecycle.kubernetes_upgrade import plan_lines
 
+        _refuse_removed(news, steps, recorded, target)
         for line in plan_lines(steps, recorded, target):
             info(line)
     return DiffResult(changes=True)
+
+
+def _refuse_removed(news: dict, steps: list[Step], recorded: str, target: str) -> None:
+    """The pre-flight part a preview can see: what the step removes, set in our own configs
+    (their patches included). What the nodes run and the cluster's objects are checked at `up`."""
+    from kontinuum.lifecycle.kubernetes_preflight import check_configs
+
+    nodes = list(dict.fromkeys(s.node for s in steps))
+    problem = check_configs(recorded, target, {n.pool: n.config for n in nodes},
+                            {n.pool for n in nodes if n.control_plane})
+    if problem:
+        raise ConfigError(f"{news.get('configPath') or 'zones[?]'}.kubernetesVersion", f"{problem}\nNothing was changed")
 
 
 def _members(props: dict, steps: list[Step], *, new_zone: bool) -> set[str]:
@@ -122,7 +136,7 @@ def _converge(props: dict, olds: dict | None) -> dict:
         ctx = k8s_upgrade.Context(client_for=client_for, core=client.CoreV1Api(api), log=info,
                                   timeout=float(props["timeout"]), settle_unready=olds is not None,
                                   sync_manifests=olds is not None)
-        recorded.update(k8s_upgrade.rollout(ctx, steps, target))
+        recorded.update(k8s_upgrade.rollout(ctx, steps, target, current=(olds or {}).get("version")))
     finally:
         api.close()
     return outs

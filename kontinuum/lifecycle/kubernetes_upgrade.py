@@ -1,7 +1,10 @@
 """A zone's Kubernetes upgrade, talosctl upgrade-k8s's flow done by us (reference/day2-facts.md
-§2, DESIGN §10). No Pulumi: providers/kubernetes_version.py calls it.
+§2, reference/failure-facts.md §4, DESIGN §10). No Pulumi: providers/kubernetes_version.py calls it.
 
 Order (rollout()):
+0. pre-flight, for a minor step only: removed flags, feature gates and admission plugins in what
+   the nodes run (COSI StaticPods, KubeletSpecs) and in our configs, and removed APIs that still
+   have objects (kubernetes_preflight.py); any hit refuses the upgrade, nothing changed;
 1. pre-pull: the target images on the nodes that will change, before any node is touched, as
    talosctl does (MachineService.ImagePull): kube-apiserver, kube-controller-manager and
    kube-scheduler on every control plane into the CRI namespace, then the kubelet on every node
@@ -10,24 +13,24 @@ Order (rollout()):
    images the target config names (talosctl builds the kubelet's from --kubelet-image and keeps
    the node's -fat/-slim suffix; the zone's config already says which one it runs);
 2. each control plane one at a time, and on it kube-apiserver → kube-controller-manager →
-   kube-scheduler, each through its machine config (ApplyConfiguration NO_REBOOT of the whole
-   config, as talosctl's patch does), waiting until that node's static pod runs the target image
-   and is Ready;
-3. every kubelet node by node, control planes first (machine.kubelet.image), waiting until the
+   kube-scheduler: only that image changes in the node's LIVE config, applied NO_REBOOT
+   (image_patch.py), then we wait until the node's static pod carries a new
+   `talos.dev/config-version`, runs the target image and is Ready (_wait_static_pod);
+3. cluster.proxy.image on every control plane, the same way, without a wait (talosctl's
+   phase 3): the bootstrap-manifest sync (5) waits for the manifest it renders;
+4. every kubelet node by node, control planes first (machine.kubelet.image), waiting until the
    Node reports the target kubelet version and is Ready;
-4. the bootstrap manifests (bootstrap_manifests.py): read from the first control plane, whose
-   config (cluster.proxy.image included) is the target by then, server-side applied, and their
-   workloads waited for. talosctl's phase 3 (cluster.proxy.image on the control planes) needs no
-   step of its own: every config a step sends carries the target proxy image.
-The zone's ConfigApply resources depend on this rollout and apply the full configs after it.
+5. the bootstrap manifests (bootstrap_manifests.py): read from the first control plane,
+   server-side applied, and their workloads waited for.
+The zone's ConfigApply resources depend on this rollout and apply the full configs after it:
+any other pending change of the zone goes there, never with an image step.
 
-Each step sends the node the zone's TARGET config with the images of the steps still ahead held
-at what the node runs now, so one component moves at a time. Resumable by reading the truth
-first: a component whose pod already runs the target image and is Ready, or a kubelet whose
-Node already reports the target version and is Ready, is skipped without a call to its node, so
-a re-run after a kill never redoes a finished node (the pre-pull and the manifest sync, which
-change nothing a node runs, are simply done again). Every wait is bounded and names the node
-and the component.
+Resumable by reading the truth first: a component whose pod already runs the target image and is
+Ready, or a kubelet whose Node already reports the target version and is Ready, is skipped
+without a call to its node; one whose live config already names the target image (a killed run
+patched it) is waited for, never applied again. The pre-pull and the manifest sync, which change
+nothing a node runs, are simply done again. Every wait is bounded and names the node and the
+component.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from kubernetes import client
 
 from kontinuum.errors import KontinuumError
 from kontinuum.kube.clients import describe_error
-from kontinuum.lifecycle import bootstrap_manifests
+from kontinuum.lifecycle import bootstrap_manifests, image_patch, kubernetes_preflight
 from kontinuum.talos import lifecycle
 from kontinuum.talos.client import TalosClient
 from kontinuum.talos.errors import TalosError
@@ -55,6 +58,8 @@ COMPONENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 KUBELET = "kubelet"
 KUBELET_PATH = ("machine", "kubelet", "image")
+PROXY = "kube-proxy"
+CONFIG_VERSION = "talos.dev/config-version"  # the static pod's config resource version (Talos)
 STATIC_PODS, KUBELETS = "static-pods", "kubelet"
 NAMESPACE = "kube-system"
 REQUEST_TIMEOUT = 10.0  # seconds per Kubernetes API call
@@ -73,6 +78,7 @@ class Node:
     address: str
     control_plane: bool
     config: str  # the zone's target machine config for this node's pool (secret)
+    pool: str = ""  # the pool whose config it is (messages of the pre-flight name it)
 
 
 @dataclass(frozen=True)
@@ -143,34 +149,6 @@ def target_images(config: str) -> dict[str, str]:
     return {c: str(image) for c, image in found.items() if image}
 
 
-def held_back(config: str, keep: dict[str, str]) -> str:
-    """The target config with the images of `keep` (component → image) put back. Each image is
-    replaced in the text where it occurs exactly once, so every other byte stays as rendered;
-    otherwise the document is re-written."""
-    images = target_images(config)
-    text = config
-    for component, image in keep.items():
-        current = images.get(component)
-        if current and text.count(current) == 1:
-            text = text.replace(current, image)
-        else:
-            return _rewritten(config, keep)
-    return text
-
-
-def _rewritten(config: str, keep: dict[str, str]) -> str:
-    docs = list(yaml.safe_load_all(config))
-    doc = _v1alpha1(docs)
-    paths = dict((*COMPONENTS, (KUBELET, KUBELET_PATH)))
-    for component, image in keep.items():
-        *parents, leaf = paths[component]
-        parent = doc
-        for key in parents:
-            parent = parent.setdefault(key, {})
-        parent[leaf] = image
-    return yaml.safe_dump_all(docs, sort_keys=False)
-
-
 # --- what the cluster says (the truth each step reads first) ------------------------------------
 
 
@@ -180,6 +158,7 @@ class Seen:
     image: str
     ready: bool
     detail: str  # for messages: what was seen
+    config_version: str = ""  # a static pod's talos.dev/config-version ("" for a kubelet)
 
 
 def _ready(obj) -> tuple[bool, str]:
@@ -200,7 +179,9 @@ def static_pod(core: client.CoreV1Api, component: str, address: str) -> Seen | N
     pod = mine[0]
     container = next((c for c in pod.spec.containers if c.name == component), pod.spec.containers[0])
     ready, why = _ready(pod)
-    return Seen(tag_of(container.image), container.image, ready, f"pod {pod.metadata.name} runs {container.image}, {why}")
+    version = str((pod.metadata.annotations or {}).get(CONFIG_VERSION, ""))
+    return Seen(tag_of(container.image), container.image, ready,
+                f"pod {pod.metadata.name} runs {container.image} (config version {version or 'none'}), {why}", version)
 
 
 def node_kubelet(core: client.CoreV1Api, address: str) -> Seen | None:
@@ -246,16 +227,14 @@ def _done(seen: Seen | None, target: str) -> bool:
     return _on_target(seen, target) and seen.ready
 
 
-def _apply(ctx: Context, node: Node, config: str, what: str) -> None:
-    try:
-        ctx.client_for(node.address).apply_config(config, mode="no-reboot")
-    except TalosError as e:
-        raise KubernetesUpgradeError(
-            f"{node.name} ({node.address}) refused the machine config with {what} ({e}). Nothing after this node "
-            "was touched; fix the cause, then run `pulumi up` again.") from e
+def patch_image(ctx: Context, node: Node, component: str, image: str) -> bool:
+    """Set only `component`'s image in the node's live config, applied NO_REBOOT (image_patch.py);
+    False, with no apply, when the live config names that image already."""
+    return image_patch.apply(ctx.client_for(node.address), f"{node.name} ({node.address})", component, image)
 
 
-def _wait(ctx: Context, node: Node, component: str, target: str, read: Callable[[], Seen | None]) -> Seen:
+def _wait(ctx: Context, node: Node, component: str, read: Callable[[], Seen | None], done: Callable[[Seen], bool],
+          what: str) -> Seen:
     def probe(_left: float) -> Seen:
         try:
             seen = read()
@@ -263,15 +242,48 @@ def _wait(ctx: Context, node: Node, component: str, target: str, read: Callable[
             raise NotYet(f"the cluster API did not answer ({describe_error(e)})") from e
         if seen is None:
             raise NotYet(f"no {component} reported on {node.address} yet")
-        if not _done(seen, target):
+        if not done(seen):
             raise NotYet(seen.detail)
         return seen
 
-    what = "Node" if component == KUBELET else "static pod"
-    return wait_until(f"{component} on {node.name} ({node.address}) to run {target} and be Ready", probe,
+    kind = "Node" if component == KUBELET else "static pod"
+    return wait_until(f"{component} on {node.name} ({node.address}) to {what}", probe,
                       timeout=ctx.timeout, bounds=_POLL,
-                      remedy=f"Check that node's {component} ({what} status, its logs); raise timeouts.kubernetesUpgrade "
+                      remedy=f"Check that node's {component} ({kind} status, its logs); raise timeouts.kubernetesUpgrade "
                              "if it is only slow, then run `pulumi up` again: finished nodes are not touched again.")
+
+
+def _wait_static_pod(ctx: Context, node: Node, component: str, image: str, before: str | None,
+                     read: Callable[[], Seen | None]) -> Seen:
+    """Wait until the node's mirror pod of `component` carries a `talos.dev/config-version`
+    other than `before` (None: any), runs `image` and is Ready.
+
+    Talos writes the annotation from the version of the component's config resource
+    (control_plane_static_pod.go), which goes up with every change of that config. talosctl
+    watches that resource for the version our patch produced and waits for it exactly; we compare
+    with the version the pod showed before the patch instead: no COSI watch, and a pod that
+    changed since the patch and runs the target image can only come from a config at or after
+    ours (the image check rules out a rewrite for an older, not yet rolled out change)."""
+    def done(seen: Seen) -> bool:
+        changed = before is None or (seen.config_version and seen.config_version != before)
+        return bool(changed) and seen.image == image and seen.ready
+
+    since = f", with a config version other than {before}" if before is not None else ""
+    return _wait(ctx, node, component, read, done, f"run {image}{since} and be Ready")
+
+
+def _wait_kubelet(ctx: Context, node: Node, target: str, read: Callable[[], Seen | None]) -> Seen:
+    return _wait(ctx, node, KUBELET, read, lambda seen: _done(seen, target), f"run {target} and be Ready")
+
+
+def _move(ctx: Context, node: Node, component: str, image: str, target: str, seen: Seen | None,
+          read: Callable[[], Seen | None]) -> Seen:
+    """Patch one component's image (unless the live config has it already) and wait for it."""
+    changed = patch_image(ctx, node, component, image)
+    if component == KUBELET:
+        return _wait_kubelet(ctx, node, target, read)
+    before = seen.config_version if changed and seen and seen.config_version else None
+    return _wait_static_pod(ctx, node, component, image, before, read)
 
 
 def run_step(ctx: Context, step: Step, target: str) -> dict[str, str]:
@@ -280,31 +292,37 @@ def run_step(ctx: Context, step: Step, target: str) -> dict[str, str]:
     images = target_images(node.config)
     reads = _reads(ctx, node)
     result: dict[str, str] = {}
-    order = [c for c, _ in COMPONENTS] if node.control_plane else []
     for component in step.components:
         seen = _read(ctx, f"{component} of {node.name} ({node.address})", reads[component])
         if _done(seen, target) or (_on_target(seen, target) and not ctx.settle_unready):
             ctx.log(f"{node.address}: {component} already runs {seen.version}")
             result[component] = seen.version
             continue
-        if _on_target(seen, target):  # changed by a killed run: settle it, never apply it again
-            result[component] = _wait(ctx, node, component, target, reads[component]).version
-            ctx.log(f"{node.address}: {component} runs {result[component]} and is Ready")
-            continue
         if component not in images:
             raise KubernetesUpgradeError(f"the zone's machine config for {node.name} names no {component} image")
-        # Everything after this component keeps what the node runs now: one component moves at a time.
-        later = order[order.index(component) + 1:] + [KUBELET] if component != KUBELET else []
-        keep = {}
-        for c in later:
-            now = _read(ctx, f"{c} of {node.name} ({node.address})", reads[c])
-            if now is not None and now.version and c in images:
-                keep[c] = now.image or with_tag(images[c], now.version)
         ctx.log(f"{node.address}: {component} {seen.version if seen else '?'} → {target}")
-        _apply(ctx, node, held_back(node.config, keep), f"{component} {images[component]}")
-        result[component] = _wait(ctx, node, component, target, reads[component]).version
+        result[component] = _move(ctx, node, component, images[component], target, seen, reads[component]).version
         ctx.log(f"{node.address}: {component} runs {result[component]} and is Ready")
     return result
+
+
+def upgrade_proxy(ctx: Context, steps: list[Step]) -> None:
+    """talosctl's phase 3: cluster.proxy.image on every control plane, no wait (the manifest
+    sync waits for the kube-proxy manifest the first control plane renders from it)."""
+    for node in dict.fromkeys(s.node for s in steps if s.node.control_plane):
+        image = proxy_image(node.config)
+        if image and patch_image(ctx, node, PROXY, image):
+            ctx.log(f"{node.address}: kube-proxy image → {image}")
+
+
+def preflight(ctx: Context, steps: list[Step], current: str, target: str) -> None:
+    """The pre-flight checks of the step current → target, before anything changes; raises
+    kubernetes_preflight.PreflightError naming each hit."""
+    nodes = list(dict.fromkeys(s.node for s in steps))
+    ctx.log(f"Kubernetes upgrade {current} → {target}: pre-flight checks")
+    kubernetes_preflight.check_zone(
+        current, target, [kubernetes_preflight.Member(n.name, n.address, n.control_plane, n.pool or n.name, n.config)
+                          for n in nodes], ctx.client_for, getattr(ctx.core, "api_client", None))
 
 
 def _reads(ctx: Context, node: Node) -> dict[str, Callable[[], Seen | None]]:
@@ -355,14 +373,22 @@ def sync_manifests(ctx: Context, steps: list[Step]) -> list[str]:
         proxy_image=proxy_image(first.config)))
 
 
-def rollout(ctx: Context, steps: list[Step], target: str) -> dict[str, dict[str, str]]:
-    """Pre-pull, run the steps in order, sync the bootstrap manifests; returns node name →
-    component → version."""
+def rollout(ctx: Context, steps: list[Step], target: str, current: str | None = None) -> dict[str, dict[str, str]]:
+    """Pre-flight (when `current` is known), pre-pull, the static-pod steps, kube-proxy's image,
+    the kubelet steps, the bootstrap-manifest sync; returns node name → component → version."""
+    if current:
+        preflight(ctx, steps, current, target)
     prepull(ctx, steps, target)
     versions: dict[str, dict[str, str]] = {}
+    proxied = False
     for i, step in enumerate(steps, 1):
+        if step.phase == KUBELETS and not proxied:
+            upgrade_proxy(ctx, steps)
+            proxied = True
         ctx.log(f"Kubernetes upgrade step {i}/{len(steps)}: {step.node.name} ({step.node.address}) {step.phase}")
         versions.setdefault(step.node.name, {}).update(run_step(ctx, step, target))
+    if not proxied:
+        upgrade_proxy(ctx, steps)
     if ctx.sync_manifests:
         sync_manifests(ctx, steps)
     return versions

@@ -23,7 +23,9 @@ import tarfile
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable, TypeVar
 
+import yaml
 from google.protobuf import duration_pb2, empty_pb2
+from grpclib.const import Status
 from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 
 from kontinuum.talos.answers import (
@@ -220,6 +222,22 @@ class TalosClient:
             return got.resource.spec.yaml_spec
 
         return self._run("get machineconfig", timeout or self.deadlines.version, body)
+
+    def resource(self, namespace: str, rtype: str, rid: str, *, timeout: float | None = None) -> dict | list | None:
+        """One COSI resource's spec as Talos serves it (its YAML form, parsed), None when the
+        node has no such resource (talosctl `get <type> <id>`)."""
+
+        async def body(channel: Any, md: dict, t: float) -> dict | list | None:
+            try:
+                got = await state_grpc.StateStub(channel).Get(
+                    state_pb2.GetRequest(namespace=namespace, type=rtype, id=rid), timeout=t, metadata=md)
+            except GRPCError as e:
+                if e.status == Status.NOT_FOUND:
+                    return None
+                raise
+            return yaml.safe_load(got.resource.spec.yaml_spec or "null")
+
+        return self._run(f"get {rtype} {rid}", timeout or self.deadlines.version, body)
 
     # --- machine service ------------------------------------------------------------------
 

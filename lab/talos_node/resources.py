@@ -17,6 +17,7 @@ import yaml
 from google.protobuf import struct_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from lab.talos_node import k8s_resources
 from lab.talos_node import manifests as bootstrap
 from protos.gen.v1alpha1 import meta_pb2, resource_pb2
 
@@ -85,6 +86,7 @@ DEFINITIONS = {
         Definition(ADDRESS, "AddressStatus", "network", ("address", "addresses")),
         Definition(bootstrap.TYPE, "Manifest", bootstrap.NAMESPACE, ("manifest", "manifests")),
         Definition(MACHINE_CONFIG, "MachineConfig", "config", ("machineconfig", "mc"), sensitive=True),
+        *(Definition(t, display, k8s_resources.NAMESPACE) for t, display in k8s_resources.DEFINITIONS),
     )
 }
 NAMESPACES = {
@@ -93,6 +95,7 @@ NAMESPACES = {
     "network": "Networking resources.",
     bootstrap.NAMESPACE: "Control plane resources.",
     "config": "Talos node configuration.",
+    k8s_resources.NAMESPACE: k8s_resources.NAMESPACE_TEXT,
 }
 
 
@@ -220,6 +223,7 @@ def specs(facts: NodeFacts) -> dict[tuple[str, str], dict[str, tuple[dict, bytes
     }
     if facts.config:  # Talos serves the active config as MachineConfig v1alpha1 (its YAML as the spec)
         out[("config", MACHINE_CONFIG)] = {"v1alpha1": (facts.config.decode(), b"")}
+    out.update(k8s_resources.specs_of(facts.config, facts.address))  # StaticPods, KubeletSpec
     return out
 
 
@@ -230,6 +234,7 @@ _OWNERS = {
     ADDRESS: "network.AddressStatusController",
     bootstrap.TYPE: "k8s.ManifestController",
     MACHINE_CONFIG: "config.AcquireController",
+    **k8s_resources.OWNERS,
 }
 
 

@@ -2,7 +2,7 @@
 
 The program in ./talosclient does what talosctl does: an insecure maintenance-mode
 apply-config, then, with a talosconfig we generate, Version, Bootstrap, Kubeconfig,
-EtcdMemberList, talosctl upgrade-k8s's Talos calls (the pre-pull's MachineService.ImagePull and
+EtcdMemberList, talosctl upgrade-k8s's Talos calls (the pre-flight's StaticPod and KubeletSpec reads, the pre-pull's MachineService.ImagePull and
 the bootstrap Manifests listed and decoded from COSI), an OS upgrade as talosctl 1.13 makes it (boot id Read, ImageService.Pull,
 LifecycleService.Upgrade, Reboot, new boot id and version) and Reset, and fails on the first reply that a real node would not give.
 This keeps the emulator honest: our Python client passing against it proves little unless

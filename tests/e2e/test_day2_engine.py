@@ -14,7 +14,8 @@ upgrades no node twice) → Kubernetes v1.35.4 → v1.35.5 (upgrade-k8s's order:
 pre-pulled first, each control plane's apiserver, controller-manager, scheduler, one node at a
 time, then every kubelet, then the bootstrap manifests; the second up a no-op) → v1.35.6 killed
 (SIGKILL) after the first control plane's apiserver moved (the re-run converges, no component
-applied twice) → back to 1 control plane (API polled throughout). The emulator's event log
+applied twice) → v1.36.0 with a patch setting a feature gate 1.36 removes (preview and up refuse
+it, naming the gate, no node touched) → back to 1 control plane (API polled throughout). The emulator's event log
 (every node's upgrade call, reboot and boot, and the lab kubelets' static-pod and kubelet
 changes, globally ordered) is the proof.
 """
@@ -42,6 +43,7 @@ ORDER = CPS + WORKERS
 ENDPOINT = f"https://{CPS[0]}:6443"
 K8S_OLD, K8S_NEW, K8S_KILLED = "v1.35.4", "v1.35.5", "v1.35.6"
 KUBELET_DELAY = 0.5  # the lab's default: seconds from a node's boot to its kubelet starting
+K8S_NEXT_MINOR, REMOVED_GATE = "v1.36.0", "WatchFromStorageWithoutResourceVersion"  # go-kubernetes' 1.35->1.36
 COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 
@@ -421,6 +423,29 @@ def test_kubernetes_upgrade_killed_mid_rollout_converges_without_applying_a_comp
     stack.up("--expect-no-changes")
     after = calls()
     assert all(v == 0 for m in ("ApplyConfiguration", "ImagePull") for v in since(before, after, m).values())
+
+
+def test_kubernetes_upgrade_with_a_removed_gate_in_a_patch_is_refused_before_any_node_changes(d2):
+    """The zone's patch sets a feature gate Kubernetes 1.36 removes: the preview refuses the minor
+    step, naming it, and so does an `up` (its diff runs first); no node is touched."""
+    stack, _ = d2
+    if versions() != {a: "v1.13.3" for a in ORDER} or not k8s_on(K8S_KILLED):
+        pytest.skip("the earlier rollouts did not finish")
+    patch = {"cluster": {"apiServer": {"extraArgs": {"feature-gates": f"{REMOVED_GATE}=true"}}}}
+    configure(d2, zone(3, "v1.13.3", kubernetesVersion=K8S_NEXT_MINOR, patches=[patch]))
+    before = calls()
+    try:
+        for run in (("preview",), ("up", "--yes", "--skip-preview")):
+            refused = stack.run(*run, check=False)
+            text = output(refused)
+            assert refused.returncode != 0, text[-3000:]
+            assert ("zones[0].kubernetesVersion: the Kubernetes upgrade v1.35.6 → v1.36.0 was refused" in text
+                    and f"kube-apiserver feature gate {REMOVED_GATE} is removed in v1.36.0" in text), text[-3000:]
+    finally:
+        configure(d2, zone(3, "v1.13.3", kubernetesVersion=K8S_KILLED))
+    after = calls()
+    assert all(v == 0 for m in ("ApplyConfiguration", "ImagePull", "Upgrade") for v in since(before, after, m).values())
+    assert k8s_on(K8S_KILLED)
 
 
 def k8s_on(version: str) -> bool:

@@ -3,7 +3,7 @@ and our Kubernetes upgrade rollout drives it over real sockets: Talos mTLS Apply
 (NO_REBOOT) to emulated nodes, the real kube-apiserver, kwok playing the kubelets.
 
 Control plane: mirror Pods kube-system/<component>-<node> (k8s-app label, hostIP, the config's
-image, Ready); every Node: nodeInfo.kubeletVersion of machine.kubelet.image. Addresses
+image, talos.dev/config-version, Ready); every Node: nodeInfo.kubeletVersion of machine.kubelet.image. Addresses
 127.0.47.8-15 are this module's own."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import pytest
 import yaml
 from kubernetes import client, config as kconfig
 
+from kontinuum.lifecycle import kubernetes_preflight
 from kontinuum.lifecycle import kubernetes_upgrade as ku
 from kontinuum.talos import machineconfig as mc
 from kontinuum.talos import secrets, talosconfig
@@ -65,6 +66,12 @@ def mirror_pods(core: client.CoreV1Api) -> dict[str, tuple[str, str, bool]]:
     return out
 
 
+def config_versions(core: client.CoreV1Api) -> dict[str, int]:
+    """component → the mirror Pod's talos.dev/config-version."""
+    return {p.metadata.labels["k8s-app"]: int(p.metadata.annotations["talos.dev/config-version"])
+            for p in core.list_namespaced_pod("kube-system", label_selector="tier=control-plane", _request_timeout=T).items}
+
+
 def kubelets(core: client.CoreV1Api) -> dict[str, str]:
     return {next(a.address for a in n.status.addresses if a.type == "InternalIP"): n.status.node_info.kubelet_version
             for n in core.list_node(_request_timeout=T).items}
@@ -100,7 +107,9 @@ def test_mirror_pods_and_kubelet_versions_follow_the_config_and_the_rollout_driv
                                                                   _request_timeout=T).items} == \
             {f"{c}-{lab.node(CP).hostname}" for c in COMPONENTS}
 
-        # Our rollout, over the real Talos API and kube-apiserver: one component at a time.
+        # Our rollout, over the real Talos API and kube-apiserver: one component at a time, each
+        # an image-only patch of the live config; each static pod's config version goes up once.
+        versions = config_versions(core)
         start = max(e["seq"] for a in (CP, WORKER) for e in lab.node(a).event_log())
         before = {a: lab.node(a).calls.get("ApplyConfiguration", 0) for a in (CP, WORKER)}
         nodes = [ku.Node("cp", CP, True, mc.render(spec(NEW), bundle).decode()),
@@ -117,6 +126,7 @@ def test_mirror_pods_and_kubelet_versions_follow_the_config_and_the_rollout_driv
             (CP, "kube-apiserver", f"v{NEW}"), (CP, "kube-controller-manager", f"v{NEW}"),
             (CP, "kube-scheduler", f"v{NEW}"), (CP, "kubelet", f"v{NEW}"), (WORKER, "kubelet", f"v{NEW}")]
         assert mirror_pods(core) == {c: (CP, f"registry.k8s.io/{c}:v{NEW}", True) for c in COMPONENTS}
+        assert config_versions(core) == {c: v + 1 for c, v in versions.items()}
         assert kubelets(core) == {CP: f"v{NEW}", WORKER: f"v{NEW}"}
         calls = {a: lab.node(a).calls.get("ApplyConfiguration", 0) for a in (CP, WORKER)}
         assert {a: calls[a] - before[a] for a in calls} == {CP: 4, WORKER: 1}  # one per component
@@ -124,4 +134,9 @@ def test_mirror_pods_and_kubelet_versions_follow_the_config_and_the_rollout_driv
         # A second rollout reads the truth and sends nothing.
         assert ku.rollout(ctx, ku.plan(nodes), f"v{NEW}") == result
         assert {a: lab.node(a).calls.get("ApplyConfiguration", 0) for a in (CP, WORKER)} == calls
+
+        # The pre-flight's removed-API count against the real apiserver: a resource it does not
+        # serve (1.32 removed it) is NotFound, so not in use; one it serves is counted.
+        counts = kubernetes_preflight.api_counts(api, ["podschedulingcontexts.v1alpha3.resource.k8s.io", "nodes.v1"])
+        assert counts == {"nodes.v1": 2}
         api.close()

@@ -111,8 +111,10 @@ def test_prepull_then_manifest_sync_moves_kube_proxy_only_at_the_manifest_step(t
         first_change = next(i for i, e in enumerate(events) if e["event"] in ("static-pod", "kubelet"))
         assert all(e["event"] != "pulled" for e in events[first_change:])  # every pull before any change
 
-        # Every node now runs the target config (its kube-proxy manifest has the new image), yet
-        # Talos does not update existing objects: the DaemonSet keeps the old image.
+        # The control plane's live config now names the target kube-proxy image (the rollout's
+        # image-only patch after the static pods, talosctl's phase 3), so its kube-proxy manifest
+        # has it, yet Talos does not update existing objects: the DaemonSet keeps the old image.
+        assert "kube-proxy:v" + NEW in clients[CP].machine_config()
         time.sleep(2)  # a few lab ticks
         assert proxy_ds(apps).spec.template.spec.containers[0].image == f"{PROXY}:v{OLD}"
 

@@ -1,6 +1,7 @@
 """The Kubernetes upgrade's plan and step logic (kontinuum/lifecycle/kubernetes_upgrade.py):
-the documented order, one component at a time through held-back configs, skipping what already
-runs the target (resume), bounded waits naming node and component; the preview's plan lines."""
+the documented order, one component at a time through image-only patches of the live config,
+skipping what already runs the target (resume), bounded waits naming node and component; the
+preview's plan lines."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from kontinuum.lifecycle import image_patch
 from kontinuum.lifecycle import kubernetes_upgrade as ku
 from kontinuum.talos.waits import WaitTimeout
 
@@ -59,41 +61,39 @@ def test_with_tag(image, version, expect):
     assert ku.tag_of(expect) == "v" + version.removeprefix("v")
 
 
-def test_held_back_keeps_only_the_named_images_and_every_other_document():
-    held = ku.held_back(config(NEW), {"kube-scheduler": "registry.k8s.io/kube-scheduler:v1.35.4",
-                                      "kubelet": "ghcr.io/siderolabs/kubelet:v1.35.4"})
-    images = ku.target_images(held)
-    assert images == {"kube-apiserver": "registry.k8s.io/kube-apiserver:v1.35.5",
-                      "kube-controller-manager": "registry.k8s.io/kube-controller-manager:v1.35.5",
-                      "kube-scheduler": "registry.k8s.io/kube-scheduler:v1.35.4",
-                      "kubelet": "ghcr.io/siderolabs/kubelet:v1.35.4"}
-    assert [d.get("kind") for d in yaml.safe_load_all(held)] == [None, "HostnameConfig"]
-
-
 # --- run_step against a fake cluster: a node's pods follow the config it was last sent ------------
 
 
+def images(text: str) -> dict[str, str]:
+    return {c: i for c in image_patch.IMAGE_PATHS if (i := image_patch.image_in(text, c))}
+
+
 class FakeCluster:
-    """Talos nodes (ApplyConfiguration recorded) whose kubelet shows the last applied config at
-    once (or never, for `stuck` components), read through a CoreV1Api-shaped object."""
+    """Talos nodes (live config served, ApplyConfiguration recorded) whose kubelet shows the last
+    applied config at once (or never, for `stuck` components), read through a CoreV1Api-shaped
+    object; each static pod's config-version goes up when its image changes."""
 
     def __init__(self, running: dict[str, str], stuck: set[str] = frozenset(), ready: bool = True):
         self.configs = {n.address: config(running.get(n.name, OLD), n.control_plane) for n in nodes()}
         self.applied: list[tuple[str, dict[str, str]]] = []
+        self.modes: list[str] = []
         self.stuck = stuck
         self.ready = ready
+        self.versions: dict[tuple[str, str], int] = {}
 
     def client_for(self, address):
         def apply_config(data, mode):
-            assert mode == "no-reboot"
-            before = ku.target_images(self.configs[address])
-            after = ku.target_images(data)
+            self.modes.append(mode)
+            before, after = images(self.configs[address]), images(data)
             self.applied.append((address, {c: ku.tag_of(i) for c, i in after.items() if before.get(c) != i}))
-            for c in list(after):
-                if c in self.stuck:
-                    after[c] = before[c]
-            self.configs[address] = ku.held_back(data, after)
-        return SimpleNamespace(apply_config=apply_config, address=address)
+            for c, i in after.items():
+                if before.get(c) != i and c not in self.stuck:
+                    self.versions[(address, c)] = self.versions.get((address, c), 1) + 1
+            for c in self.stuck & set(after):
+                data = image_patch.with_image(data, c, before[c])
+            self.configs[address] = data
+        return SimpleNamespace(apply_config=apply_config, address=address,
+                               machine_config=lambda: self.configs[address])
 
     def _ready(self):
         return [SimpleNamespace(type="Ready", status="True" if self.ready else "False", reason=None)]
@@ -104,8 +104,10 @@ class FakeCluster:
         for address, text in self.configs.items():
             image = ku.target_images(text).get(component)
             if image and "controlplane" in text:
+                version = str(self.versions.get((address, component), 1))
                 pods.append(SimpleNamespace(
-                    metadata=SimpleNamespace(name=f"{component}-{address}", deletion_timestamp=None),
+                    metadata=SimpleNamespace(name=f"{component}-{address}", deletion_timestamp=None,
+                                             annotations={ku.CONFIG_VERSION: version}),
                     spec=SimpleNamespace(containers=[SimpleNamespace(name=component, image=image)]),
                     status=SimpleNamespace(host_ip=address, conditions=self._ready())))
         return SimpleNamespace(items=pods)
@@ -118,10 +120,10 @@ class FakeCluster:
                                    conditions=self._ready())) for address, t in self.configs.items()])
 
 
-def ctx(fake: FakeCluster, timeout: float = 2.0, settle_unready: bool = True) -> ku.Context:
+def ctx(fake: FakeCluster, timeout: float = 2.0, settle_unready: bool = True, sync_manifests: bool = False) -> ku.Context:
     # The manifest sync needs a cluster API: tests/integration/test_kubernetes_upgrade_lab.py has it.
     return ku.Context(client_for=fake.client_for, core=fake, log=lambda m: None, timeout=timeout,
-                      settle_unready=settle_unready, sync_manifests=False)
+                      settle_unready=settle_unready, sync_manifests=sync_manifests)
 
 
 @pytest.fixture(autouse=True)
@@ -170,8 +172,9 @@ def test_a_component_that_does_not_converge_stops_the_rollout_naming_node_and_co
     fake = FakeCluster({}, stuck={"kube-controller-manager"})
     with pytest.raises(WaitTimeout) as err:
         ku.rollout(ctx(fake, timeout=0.5), ku.plan(nodes()), NEW)
-    assert "kube-controller-manager on cp1 (127.0.47.11) to run v1.35.5 and be Ready" in str(err.value)
-    assert "runs registry.k8s.io/kube-controller-manager:v1.35.4" in str(err.value)
+    assert ("kube-controller-manager on cp1 (127.0.47.11) to run registry.k8s.io/kube-controller-manager:v1.35.5, "
+            "with a config version other than 1 and be Ready") in str(err.value)
+    assert "runs registry.k8s.io/kube-controller-manager:v1.35.4 (config version 1)" in str(err.value)
     assert [a for a, _ in fake.applied] == ["127.0.47.11", "127.0.47.11"]  # nothing after it
 
 
@@ -182,7 +185,7 @@ def test_a_component_on_the_target_is_never_applied_again():
     fake = FakeCluster(everything_new, ready=False)
     with pytest.raises(WaitTimeout) as err:
         ku.rollout(ctx(fake, timeout=0.3), ku.plan(nodes()), NEW)
-    assert "kube-apiserver on cp1 (127.0.47.11) to run v1.35.5 and be Ready" in str(err.value)
+    assert "kube-apiserver on cp1 (127.0.47.11) to run registry.k8s.io/kube-apiserver:v1.35.5 and be Ready" in str(err.value)
     assert fake.applied == []
     ku.rollout(ctx(fake, settle_unready=False), ku.plan(nodes()), NEW)
     assert fake.applied == []
@@ -253,13 +256,52 @@ def test_preview_logs_the_plan_and_refuses_a_skipped_minor(monkeypatch):
     assert "zones[0].kubernetesVersion" in str(err.value) and "one minor at a time" in str(err.value)
 
 
-def test_held_back_changes_only_the_image_bytes_of_a_rendered_config():
-    from kontinuum.talos import machineconfig as mc
-    from kontinuum.talos import secrets
-    from kontinuum.talos.clusterspec import ClusterSpec
+# --- image-only patches of the live config ----------------------------------------------------------
 
-    rendered = mc.render(ClusterSpec(name="z", endpoint="https://127.0.47.9:6443", kubernetes_version="1.35.5"),
-                         secrets.generate()).decode()
-    held = ku.held_back(rendered, {"kube-scheduler": "registry.k8s.io/kube-scheduler:v1.35.4"})
-    assert held == rendered.replace("kube-scheduler:v1.35.5", "kube-scheduler:v1.35.4")
-    assert ku.target_images(held)["kube-scheduler"].endswith(":v1.35.4")
+
+def with_pending_change(text: str) -> str:
+    """A target config that also carries a change unrelated to the upgrade (ConfigApply's)."""
+    docs = list(yaml.safe_load_all(text))
+    docs[0]["machine"]["nodeLabels"] = {"pending": "change"}
+    docs[0]["cluster"]["proxy"] = {"image": f"registry.k8s.io/kube-proxy:{NEW}"}
+    return yaml.safe_dump_all(docs)
+
+
+def test_each_step_sends_the_live_config_with_only_that_image_in_no_reboot_mode(monkeypatch):
+    monkeypatch.setattr(ku, "sync_manifests", lambda ctx, steps: [])  # needs a cluster API: the lab tests have it
+    fake = FakeCluster({})
+    live_before = dict(fake.configs)
+    targets = [ku.Node(n.name, n.address, n.control_plane, with_pending_change(n.config), "p") for n in nodes()]
+    ku.rollout(ctx(fake, sync_manifests=True), ku.plan(targets), NEW)
+    assert set(fake.modes) == {"no-reboot"}
+    for address, live in fake.configs.items():
+        assert "pending" not in live  # the other change did not ride along
+        expected = live_before[address].replace(OLD, NEW)
+        if "controlplane" in live:  # kube-proxy's image on control planes only (talosctl's phase 3)
+            expected = image_patch.with_image(expected, "kube-proxy", f"registry.k8s.io/kube-proxy:{NEW}")
+        assert live == expected
+    proxies = [i for i, (_, changed) in enumerate(fake.applied) if changed == {"kube-proxy": NEW}]
+    kubelets = [i for i, (_, changed) in enumerate(fake.applied) if "kubelet" in changed]
+    assert len(proxies) == 2 and max(proxies) < min(kubelets)  # after the static pods, before the kubelets
+
+
+def test_a_no_reboot_refusal_stops_the_rollout_naming_the_node():
+    from kontinuum.talos.errors import TalosApiError
+
+    fake = FakeCluster({})
+    plain = fake.client_for
+
+    def client_for(address):
+        c = plain(address)
+
+        def refuse(data, mode):
+            raise TalosApiError(address, "apply-config",
+                                "INVALID_ARGUMENT: this config change can't be applied in immediate mode")
+        return SimpleNamespace(apply_config=refuse, address=address, machine_config=c.machine_config)
+
+    fake.client_for = client_for
+    with pytest.raises(image_patch.ImagePatchError) as err:
+        ku.rollout(ctx(fake), ku.plan(nodes()), NEW)
+    text = str(err.value)
+    assert "cp1 (127.0.47.11) refused its live config with only kube-apiserver set to" in text
+    assert "Talos says the change needs a reboot" in text and "Nothing after this node was touched" in text

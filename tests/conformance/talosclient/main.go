@@ -295,6 +295,10 @@ func run(endpoint, configPath, talosconfigPath string, waitFor time.Duration) er
 // MachineService.ImagePull into the CRI namespace) and of its manifest sync (the control plane's
 // Manifest resources, listed and decoded as manifests.GetBootstrapManifests does).
 func upgradeK8sCalls(c *client.Client, endpoint string) error {
+	if err := preflightReads(c, endpoint); err != nil {
+		return err
+	}
+
 	if err := step("pre-pull (ImagePull, CRI namespace)", func(ctx context.Context) error {
 		//nolint:staticcheck // the legacy method is what talosctl upgrade-k8s uses
 		return c.ImagePull(client.WithNode(ctx, endpoint), common.ContainerdNamespace_NS_CRI, "registry.k8s.io/kube-apiserver:v1.34.2")
@@ -322,6 +326,44 @@ func upgradeK8sCalls(c *client.Client, endpoint string) error {
 		}
 
 		fmt.Printf("   manifests %v\n", kinds)
+
+		return nil
+	})
+}
+
+// preflightReads reads what upgrade-k8s's pre-flight checks read (go-kubernetes upgrade.Checks):
+// the control plane's StaticPod kube-apiserver (its first container's command) and the KubeletSpec.
+func preflightReads(c *client.Client, endpoint string) error {
+	return step("pre-flight reads (COSI StaticPod, KubeletSpec)", func(ctx context.Context) error {
+		ctx = client.WithNode(ctx, endpoint)
+
+		pod, err := safe.StateGet[*k8s.StaticPod](ctx, c.COSI, k8s.NewStaticPod(k8s.NamespaceName, k8s.APIServerID).Metadata())
+		if err != nil {
+			return err
+		}
+
+		spec, _ := pod.TypedSpec().Pod["spec"].(map[string]any)
+		containers, _ := spec["containers"].([]any)
+
+		if len(containers) == 0 {
+			return fmt.Errorf("want a container in the kube-apiserver StaticPod, got %v", pod.TypedSpec().Pod)
+		}
+
+		command, _ := containers[0].(map[string]any)["command"].([]any)
+		if len(command) < 2 || command[0] != "/usr/local/bin/kube-apiserver" {
+			return fmt.Errorf("want the kube-apiserver command with args, got %v", command)
+		}
+
+		kubelet, err := safe.StateGet[*k8s.KubeletSpec](ctx, c.COSI, k8s.NewKubeletSpec(k8s.NamespaceName, k8s.KubeletID).Metadata())
+		if err != nil {
+			return err
+		}
+
+		if kubelet.TypedSpec().Image == "" || len(kubelet.TypedSpec().Args) == 0 {
+			return fmt.Errorf("want the kubelet's image and args, got %+v", kubelet.TypedSpec())
+		}
+
+		fmt.Printf("   kube-apiserver %d args, kubelet %s %d args\n", len(command)-1, kubelet.TypedSpec().Image, len(kubelet.TypedSpec().Args))
 
 		return nil
 	})
