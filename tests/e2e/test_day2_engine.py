@@ -432,7 +432,7 @@ def test_kubernetes_upgrade_with_a_removed_gate_in_a_patch_is_refused_before_any
     if versions() != {a: "v1.13.3" for a in ORDER} or not k8s_on(K8S_KILLED):
         pytest.skip("the earlier rollouts did not finish")
     patch = {"cluster": {"apiServer": {"extraArgs": {"feature-gates": f"{REMOVED_GATE}=true"}}}}
-    configure(d2, zone(3, "v1.13.3", kubernetesVersion=K8S_NEXT_MINOR, patches=[patch]))
+    configure(d2, zone(3, "v1.13.3", kubernetesVersion=K8S_NEXT_MINOR, patches=[*PATCHES, patch]))
     before = calls()
     try:
         for run in (("preview",), ("up", "--yes", "--skip-preview")):
