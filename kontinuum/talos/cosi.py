@@ -38,6 +38,6 @@ def machine_status(client: TalosClient, *, timeout: float | None = None) -> Mach
 
 def static_pod_version(client: TalosClient, component: str, *, timeout: float | None = None) -> str | None:
     """The config version Talos rendered for a control plane's static pod (None: not rendered)."""
-    spec = client.resource(*STATIC_POD, component, timeout=timeout or GET_DEADLINE)
-    pod = (spec or {}).get("pod") or {}
-    return ((pod.get("metadata") or {}).get("annotations") or {}).get(CONFIG_VERSION)
+    pod = client.resource(*STATIC_POD, component, timeout=timeout or GET_DEADLINE) or {}  # its spec is the Pod
+    version = ((pod.get("metadata") or {}).get("annotations") or {}).get(CONFIG_VERSION)
+    return None if version is None else str(version)
