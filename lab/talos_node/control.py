@@ -5,7 +5,7 @@ On http://<node address>:<control port>/ (loopback only, like the node):
                          cluster, fingerprint, fault knobs, call counters, boot id, etcd members,
                          this node's etcd standing (member, removed, none; null unless a
                          configured control plane), event log (JSON)
-    POST /faults         JSON with any of latency, hang, refuse, reboot_delay, netboot,
+    POST /faults         JSON with any of latency, hang, refuse, reboot_delay, kubelet_delay, netboot,
                          install_delay, upgrade_fault ("", fail, rollback, hang),
                          pull_fault (a pull whose image reference contains it fails) and
                          fail_next: {"count": N, "status": "UNAVAILABLE", "message": "..."}
@@ -31,7 +31,8 @@ from lab.talos_node.node import EmulatedNode
 from lab.talos_node.upgrade import UPGRADE_FAULTS
 
 CONTROL_PORT = 50080
-_KNOBS = {"latency": float, "hang": bool, "refuse": bool, "reboot_delay": float, "netboot": bool,
+_KNOBS = {"latency": float, "hang": bool, "refuse": bool, "reboot_delay": float, "kubelet_delay": float,
+          "netboot": bool,
           "install_delay": float, "upgrade_fault": str, "pull_fault": str}
 
 

@@ -33,6 +33,7 @@ from grpclib.server import Server
 from lab.talos_node import dial, etcd_service, tls
 from lab.talos_node.cluster import ClusterRegistry
 from lab.talos_node.faults import Faults
+from lab.talos_node.kubelet import KubeletService
 from lab.talos_node.machineconfig import AppliedConfig
 
 APID_PORT = 50000
@@ -94,7 +95,11 @@ class EmulatedNode:
         self.registry = registry
         self.talos_version = talos_version
         self.mode = "off"  # off | maintenance | booting | configured | rebooting | crashed
-        self.config: AppliedConfig | None = None
+        self.kubelet = KubeletService(self)
+        self._config: AppliedConfig | None = None
+        # Handed in by the lab from the apiserver, never read from it here: whether the Node of
+        # this machine is Ready (None: no Node status known since this boot).
+        self.node_ready: bool | None = None
         self.staged: AppliedConfig | None = None
         self.staged_version: str | None = None
         self.etcd_snapshot: bytes | None = None  # /var/lib/etcd.snapshot, uploaded by EtcdRecover
@@ -120,6 +125,19 @@ class EmulatedNode:
         return f"EmulatedNode({self.address}, {self.mode})"
 
     # --- what the API and the cluster registry read ------------------------------------
+
+    @property
+    def config(self) -> AppliedConfig | None:
+        return self._config
+
+    @config.setter
+    def config(self, new: AppliedConfig | None) -> None:
+        old, self._config = self._config, new
+        self.kubelet.config_changed(old, new)
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
 
     @property
     def hostname(self) -> str:
@@ -191,8 +209,9 @@ class EmulatedNode:
             return [dict(e) for e in self.events]
 
     def reboot(self, timeout: float = 30.0) -> None:
-        """Power-cycle the node and wait until it is back (a new maintenance identity, too)."""
-        self._run(self._reboot(None), timeout)
+        """Power-cycle the node and wait until it is back (a new maintenance identity, too); no
+        graceful shutdown: its kubelet just stops."""
+        self._run(self._reboot(None, graceful=False), timeout)
 
     def power_on(self, timeout: float = 30.0) -> None:
         """Boot a node that a reset with reboot=False powered off, or that crashed (with the
@@ -291,6 +310,7 @@ class EmulatedNode:
             task.cancel()
         async with self._power:
             await self._halt()
+            self.kubelet.power_lost()
             if self._dead_port is not None:
                 self._dead_port.close()
                 self._dead_port = None
@@ -307,18 +327,23 @@ class EmulatedNode:
             if self.mode in ("off", "crashed"):
                 return
             await self._halt()
+            self.kubelet.power_lost()
             self._dead_port = dial.DeadPort(self.address, self.port)
             self.mode = "crashed"
             self.record("crashed")
 
-    async def _reboot(self, transition: Callable[[], None] | None, *, power_off: bool = False) -> None:
+    async def _reboot(self, transition: Callable[[], None] | None, *, power_off: bool = False,
+                      graceful: bool = True) -> None:
         await asyncio.sleep(0)  # let the reply that asked for the reboot leave first
         async with self._power:
             if self.mode == "crashed":  # the power went before the reboot began
                 return
             self.mode = "rebooting"
             self.record("reboot")
+            if graceful:  # its API answers while the kubelet shuts down (MachineStatus: rebooting)
+                await self.kubelet.shut_down()
             await self._halt()
+            self.kubelet.power_lost()
             if transition is not None:
                 transition()
             if self.staged is not None:
@@ -362,6 +387,9 @@ class EmulatedNode:
                 if self.registry.etcd_standing(config.cluster_key, self.address) == etcd_service.REMOVED:
                     self.record("etcd-failing", error=etcd_service.REMOVED_ERROR)
         await self._sync_listening()
+        self.node_ready = None  # machined starts without the Node's status
+        if self.mode == "configured":
+            self.kubelet.boot()
         self.boots += 1
         self.record("booted", mode=self.mode, version=self.talos_version)
 
