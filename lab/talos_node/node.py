@@ -5,7 +5,9 @@ reboot) → maintenance. A reboot drops every connection, stops listening for `r
 seconds and comes back with a new identity (a fresh maintenance certificate, or a server
 certificate from the applied OS CA). A crash (`crash()`) cuts the power with the disk intact:
 the node is "crashed", answers nothing (dial.DeadPort: clients time out, they are not refused)
-until `power_on()` boots it with the config it had.
+until `power_on()` boots it with the config it had. A configured boot starts its kubelet service
+`kubelet_delay` seconds later; a graceful reboot (not a power-cycle, a crash or a FORCE reboot)
+first shuts the kubelet down as Talos does (kubelet.py).
 
 The coroutines run on the owning Lab's event loop; the public methods are synchronous and
 thread-safe so tests can call them directly.
@@ -20,7 +22,6 @@ import logging
 import threading
 import time
 import uuid
-import weakref
 from collections import Counter
 from dataclasses import replace
 from typing import Any, Callable
@@ -28,9 +29,9 @@ from typing import Any, Callable
 from google.protobuf.timestamp_pb2 import Timestamp
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
-from grpclib.server import Server
 
 from lab.talos_node import dial, etcd_service, tls
+from lab.talos_node.server import DroppingServer as _Server
 from lab.talos_node.cluster import ClusterRegistry
 from lab.talos_node.faults import Faults
 from lab.talos_node.kubelet import KubeletService
@@ -56,26 +57,6 @@ def check_loopback(address: str) -> str:
     if ip not in _LOOPBACK:
         raise ValueError(f"{address} is outside 127.0.0.0/8; the Talos emulator binds loopback addresses only")
     return str(ip)
-
-
-class _Server(Server):
-    """grpclib Server that can drop its open connections, as a rebooting machine does.
-    (`_protocol_factory` is grpclib's per-connection hook; grpclib is pinned.)"""
-
-    def __init__(self, handlers) -> None:
-        super().__init__(handlers)
-        self.protocols: weakref.WeakSet = weakref.WeakSet()
-
-    def _protocol_factory(self):  # type: ignore[override]
-        protocol = super()._protocol_factory()
-        self.protocols.add(protocol)
-        return protocol
-
-    def drop_connections(self) -> None:
-        for protocol in list(self.protocols):
-            connection = getattr(protocol, "connection", None)
-            if connection is not None:
-                connection.close()
 
 
 class EmulatedNode:
@@ -263,10 +244,11 @@ class EmulatedNode:
             self.registry.leave(old_key, self.address)
             self.registry.forget_if_empty(old_key)
 
-    def schedule_reboot(self, transition: Callable[[], None] | None, *, power_off: bool = False) -> None:
+    def schedule_reboot(self, transition: Callable[[], None] | None, *, power_off: bool = False,
+                        graceful: bool = True) -> None:
         """Reboot after the current reply has gone out; `transition` runs while the node is
-        down (new config, forgotten config, new version)."""
-        task = self._loop.create_task(self._reboot(transition, power_off=power_off))
+        down (new config, forgotten config, new version). Graceful: its kubelet shuts down first."""
+        task = self._loop.create_task(self._reboot(transition, power_off=power_off, graceful=graceful))
         self._tasks.add(task)
         task.add_done_callback(self._reboot_done)
 
