@@ -17,7 +17,6 @@ Each pass reads the apiserver first and writes only what differs, so the Cluster
 from __future__ import annotations
 
 import logging
-
 from typing import Callable
 
 from kubernetes import client
@@ -43,7 +42,6 @@ class NodeSync:
         self.name = name
         self.wake = wake  # runs the next pass now: a machine's kubelet signals a shutdown or a start
         self.registered: dict[str, str] = {}  # node address -> Node name, while its kubelet runs
-        self._boots: dict[str, str] = {}  # node address -> the boot id its Node reports
         self._manifests_known: set = set()  # bootstrap-manifest objects seen (created once, never updated)
 
     def members(self) -> list[EmulatedNode]:
