@@ -26,7 +26,7 @@ from lab import etcd_restore
 from lab.process import Managed, wait_until
 
 READY_TIMEOUT = 90.0  # seconds for etcd + apiserver /readyz on a loaded 2-core machine
-NODE_MONITOR_GRACE = 24  # seconds without a Lease renewal before a Node is Unknown (kwok renews every 10 s)
+NODE_MONITOR_GRACE = 24  # seconds without a Lease renewal before a Node is Unknown (kwok renews every 3 s)
 
 
 @dataclass(frozen=True)
