@@ -119,6 +119,11 @@ def kubelet_service(c: TalosClient):
     return next(s for m in c._run("service list", 3, body).messages for s in m.services if s.id == "kubelet")
 
 
+def knobs(**changes) -> None:
+    """Set the worker's fault knobs over its HTTP control endpoint."""
+    control.request(WORKER, "/faults", changes, port=CONTROL_PORT)
+
+
 def pods_on(core: client.CoreV1Api, node: str) -> list:
     return core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}", _request_timeout=T).items
 
@@ -130,7 +135,7 @@ def test_a_reboot_takes_the_node_down_until_boot_plus_kubelet_delay(zone):
     core.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pinned"}, "spec": {
         "nodeName": name, "containers": [{"name": "app", "image": "lab.invalid/app:1"}]}}, _request_timeout=T)
     wait_until("the pinned pod Ready", lambda: is_ready(core.read_namespaced_pod("pinned", "default", _request_timeout=T)), 30)
-    control.set_faults(WORKER, port=CONTROL_PORT, reboot_delay=REBOOT_DELAY, kubelet_delay=KUBELET_DELAY)
+    knobs(reboot_delay=REBOOT_DELAY, kubelet_delay=KUBELET_DELAY)
     c = talos(bundle, WORKER)
     before = lifecycle.boot_id(c)
     assert core.read_node(name, _request_timeout=T).status.node_info.boot_id == before == worker.boot_id
@@ -172,16 +177,16 @@ def test_a_reboot_takes_the_node_down_until_boot_plus_kubelet_delay(zone):
     waiting = [s for s in seen if s["stage"] == "running" and not s["status"]["ready"]]
     assert waiting and all(u["name"] == "nodeReady" for s in waiting for u in s["status"]["unmetConditions"]), waiting
     assert seen[-1] == {"stage": "running", "status": {"ready": True, "unmetConditions": []}}
-    agents = [p for p in pods_on(core, name) if p.metadata.labels.get("k8s-app") == "cilium"]
+    agents = [p for p in pods_on(core, name) if (p.metadata.labels or {}).get("k8s-app") == "cilium"]
     assert any(is_ready(p) for p in agents)  # a new agent: the DaemonSet replaced the terminated one
     assert core.read_namespaced_pod("pinned", "default", _request_timeout=T).status.phase == "Failed"  # no controller
-    control.set_faults(WORKER, port=CONTROL_PORT, reboot_delay=0.2, kubelet_delay=0.5)
+    knobs(reboot_delay=0.2, kubelet_delay=0.5)
 
 
 def test_a_live_cluster_ca_change_restarts_the_kubelet_without_a_reboot(zone):
     lab, bundle, core = zone
     worker = lab.node(WORKER)
-    control.set_faults(WORKER, port=CONTROL_PORT, kubelet_delay=2.0)
+    knobs(kubelet_delay=2.0)
     c = talos(bundle, WORKER)
     before = kubelet_service(c)
     assert (before.state, before.health.healthy) == ("Running", True)
@@ -207,4 +212,4 @@ def test_a_live_cluster_ca_change_restarts_the_kubelet_without_a_reboot(zone):
     assert restarted > started and worker.boots == boots  # a later start, in the same boot
     assert cosi_services(c)["kubelet"] == {"running": True, "healthy": True, "unknown": False}
     assert is_ready(core.read_node(worker.hostname, _request_timeout=T))
-    control.set_faults(WORKER, port=CONTROL_PORT, kubelet_delay=0.5)
+    knobs(kubelet_delay=0.5)
