@@ -25,13 +25,13 @@ import itertools
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
+from lab.talos_node.faults import Faults
 from lab.talos_node.machineconfig import v1alpha1_document
 
 if TYPE_CHECKING:
     from lab.talos_node.machineconfig import AppliedConfig
-    from lab.talos_node.node import EmulatedNode
 
 log = logging.getLogger(__name__)
 MAX_EVENTS = 64  # events.MaxEventsToKeep
@@ -60,10 +60,26 @@ def kubelet_inputs(config: AppliedConfig | None) -> tuple:
             repr(network.get("dnsDomain")), repr(network.get("serviceSubnets")))
 
 
+class Machine(Protocol):
+    """What the service reads of its machine (node.EmulatedNode fits)."""
+
+    address: str
+    mode: str
+    boot_id: str
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    @property
+    def faults(self) -> Faults: ...
+
+    def record(self, kind: str, **detail: str) -> None: ...
+
+
 class KubeletService:
     """The kubelet service of `node`; mutated on the node's loop, read from any thread."""
 
-    def __init__(self, node: EmulatedNode) -> None:
+    def __init__(self, node: Machine) -> None:
         self._node = node
         self.state = "Initialized"
         self.healthy = False
