@@ -127,6 +127,9 @@ class NodeSync:
         name = self.registered.pop(machine.address, None)
         try:
             if name is not None and name in nodes:
+                if machine.kubelet.drain:  # Talos's CordonAndDrainNode, while the kubelet still runs
+                    evicted = kubelets.drain(core, name)
+                    log.info("cluster %s: Node %s cordoned and drained (%d pods evicted)", self.name, name, evicted)
                 ended = kubelets.shut_down(core, leases, name)
                 written[name] = False
                 log.info("cluster %s: Node %s (%s) is shutting down; %d pods terminated", self.name, name,

@@ -11,7 +11,9 @@ stopped; the Node object stays as it was. When the machine rejoins, the lab lets
 kwok takes it within its renew interval, as a fresh kubelet would, playing the Node and its pods
 again.
 
-A graceful reboot first signals the kubelet (lab/talos_node/kubelet.py). Talos configures its
+A graceful reset and the Upgrade sequence first cordon and drain the node as Talos does (`drain`:
+evictions of the pods a controller other than a DaemonSet owns). A graceful reboot then signals
+the kubelet (lab/talos_node/kubelet.py). Talos configures its
 kubelet with shutdownGracePeriod 30s (10s for critical pods) and answers its logind inhibitor
 requests, so the kubelet's node shutdown manager (Kubernetes pkg/kubelet/nodeshutdown) reports the
 Node NotReady, "node is shutting down" (ShutdownStatus, one of the Ready condition's errors), and
@@ -27,6 +29,8 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import ipaddress
+import logging
+import time
 from typing import TYPE_CHECKING, Iterable
 
 from kubernetes import client
@@ -42,6 +46,8 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 LEASE_NAMESPACE = "kube-node-lease"
 LEFT_HOLDER = "lab.kontinuum.sh/machine-left"  # holds a left machine's Lease so kwok cannot
 LEFT_DURATION = 10 * 365 * 24 * 3600
+DRAIN_TIMEOUT = 30.0  # seconds the lab's drain takes at most (Talos allows 5 min)
+log = logging.getLogger(__name__)
 STOPPED_ANNOTATION = "lab.kontinuum.sh/kubelet"  # "stopped" while the machine's kubelet does not run
 SHUTTING_DOWN = "node is shutting down"
 SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
@@ -179,6 +185,45 @@ def shut_down(core: client.CoreV1Api, leases: client.CoordinationV1Api, name: st
             if e.status != 404:
                 raise
     return ended
+
+
+def drain(core: client.CoreV1Api, name: str, timeout: float = DRAIN_TIMEOUT) -> int:
+    """Talos's CordonAndDrainNode (pkg/kubernetes Drain): cordon, then evict every pod on the node
+    that a controller other than a DaemonSet owns (grace 60 s, again while a disruption budget
+    refuses), and wait for them to go; bounded, as Talos's drain (logged, never fatal). Returns
+    the pods evicted."""
+    core.patch_node(name, {"spec": {"unschedulable": True}}, _request_timeout=REQUEST_TIMEOUT)
+    deadline = time.monotonic() + timeout
+    pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}", _request_timeout=REQUEST_TIMEOUT).items
+    targets = [p for p in pods if MIRROR_ANNOTATION not in (p.metadata.annotations or {})
+               and any(o.controller and o.kind != "DaemonSet" for o in p.metadata.owner_references or [])]
+    evicted = []
+    for pod in targets:
+        body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": pod.metadata.name, "namespace": pod.metadata.namespace},
+                "deleteOptions": {"gracePeriodSeconds": 60}}
+        while True:
+            try:
+                core.create_namespaced_pod_eviction(pod.metadata.name, pod.metadata.namespace, body,
+                                                    _request_timeout=REQUEST_TIMEOUT)
+                evicted.append(pod)
+                break
+            except client.ApiException as e:
+                if e.status == 404:
+                    break
+                if e.status != 429 or time.monotonic() > deadline:
+                    log.warning("node %s: failed to evict pod %s/%s: %s", name, pod.metadata.namespace,
+                                pod.metadata.name, e.reason)
+                    break
+                time.sleep(1.0)  # a disruption budget refuses for now
+    while evicted and time.monotonic() < deadline:
+        left = {p.metadata.uid for p in core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={name}", _request_timeout=REQUEST_TIMEOUT).items}
+        evicted_left = [p for p in evicted if p.metadata.uid in left]
+        if not evicted_left:
+            break
+        time.sleep(0.5)
+    return len(evicted)
 
 
 def terminated(pod, now: str) -> dict:

@@ -238,7 +238,8 @@ class NodeApi:
             node.registry.wipe_etcd(config.cluster_key, node.address)
 
         transition = forget if wipes_config else wipe_etcd if "EPHEMERAL" in partitions else None
-        call.after_reply.append(lambda: node.schedule_reboot(transition, power_off=power_off))
+        # A graceful reset cordons and drains the node first (Talos's Reset sequence).
+        call.after_reply.append(lambda: node.schedule_reboot(transition, power_off=power_off, drain=request.graceful))
         return machine_pb2.ResetResponse(messages=[machine_pb2.Reset(actor_id=str(uuid.uuid4()))])
 
     async def service_list(self, call: Call, request) -> machine_pb2.ServiceListResponse:
@@ -257,7 +258,8 @@ class NodeApi:
         if request.stage:
             node.staged_version = version
         else:
-            call.after_reply.append(lambda: node.schedule_reboot(lambda: setattr(node, "talos_version", version)))
+            call.after_reply.append(lambda: node.schedule_reboot(lambda: setattr(node, "talos_version", version),
+                                                                 drain=True))  # the Upgrade sequence drains first
         return machine_pb2.UpgradeResponse(
             messages=[machine_pb2.Upgrade(ack="Upgrade request received", actor_id=str(uuid.uuid4()))]
         )

@@ -11,7 +11,8 @@ The machine runs the service; the lab plays the kubelet process against the clus
   process (SIGTERM) and starts it again: the Lease is not renewed for that moment only, the Node
   stays Ready, as on Talos.
 - a graceful reboot first signals the kubelet (Talos's logind mock emits PrepareForShutdown) and
-  waits, bounded, for its inhibitor lock: the kubelet's shutdown manager reports the Node NotReady
+  waits, bounded, for its inhibitor lock (after cordoning and draining the node when the sequence
+  does: a graceful reset, the Upgrade sequence; `drain`): the kubelet's shutdown manager reports the Node NotReady
   ("node is shutting down") and terminates its pods, then releases it. The lab's player takes the
   lock (`player`), is woken by the signal and releases it with `release_shutdown()`.
 - a crash or power-off just stops it: nothing is reported, the Lease goes unrenewed.
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 MAX_EVENTS = 64  # events.MaxEventsToKeep
-SHUTDOWN_WAIT = 10.0  # seconds a reboot waits for the lab's kubelet to release its inhibitor lock
+SHUTDOWN_WAIT = 45.0  # seconds a reboot waits for the lab's drain and kubelet to release the lock
 WAITING = 'Waiting for service "cri" to be "up", time sync, network'
 _PIDS = itertools.count(2101)
 
@@ -88,6 +89,7 @@ class KubeletService:
         self.events: list[ServiceEvent] = []
         self.boot_id: str | None = None  # the boot it was last started in
         self.shutting_down = False  # PrepareForShutdown sent, the inhibitor lock not released yet
+        self.drain = False  # the sequence cordons and drains the node before the kubelet shuts down
         # The lab's kubelet player: called (any thread, must return at once) when the machine
         # signals a shutdown or the kubelet started; it holds the inhibitor lock while set.
         self.player: Callable[[], None] | None = None
@@ -138,8 +140,8 @@ class KubeletService:
             self._node.record("kubelet-restart")
             self._restart()
 
-    async def shut_down(self) -> None:
-        """A graceful reboot: signal the kubelet, wait for its inhibitor lock, then stop it."""
+    async def shut_down(self, *, drain: bool = False) -> None:
+        """A graceful reboot: (drain,) signal the kubelet, wait for its inhibitor lock, stop it."""
         if self.state != "Running" and self._task is None:
             return
         if self._task is not None:  # still starting: the start is abandoned
@@ -148,6 +150,7 @@ class KubeletService:
         player = self.player
         if player is not None and self.state == "Running":
             self._released = asyncio.Event()
+            self.drain = drain
             self.shutting_down = True
             player()
             try:

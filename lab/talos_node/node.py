@@ -245,10 +245,11 @@ class EmulatedNode:
             self.registry.forget_if_empty(old_key)
 
     def schedule_reboot(self, transition: Callable[[], None] | None, *, power_off: bool = False,
-                        graceful: bool = True) -> None:
+                        graceful: bool = True, drain: bool = False) -> None:
         """Reboot after the current reply has gone out; `transition` runs while the node is
-        down (new config, forgotten config, new version). Graceful: its kubelet shuts down first."""
-        task = self._loop.create_task(self._reboot(transition, power_off=power_off, graceful=graceful))
+        down (new config, forgotten config, new version). Graceful: its kubelet shuts down first,
+        after a cordon and drain with `drain` (a graceful reset, the Upgrade sequence)."""
+        task = self._loop.create_task(self._reboot(transition, power_off=power_off, graceful=graceful, drain=drain))
         self._tasks.add(task)
         task.add_done_callback(self._reboot_done)
 
@@ -315,7 +316,7 @@ class EmulatedNode:
             self.record("crashed")
 
     async def _reboot(self, transition: Callable[[], None] | None, *, power_off: bool = False,
-                      graceful: bool = True) -> None:
+                      graceful: bool = True, drain: bool = False) -> None:
         await asyncio.sleep(0)  # let the reply that asked for the reboot leave first
         async with self._power:
             if self.mode == "crashed":  # the power went before the reboot began
@@ -323,7 +324,7 @@ class EmulatedNode:
             self.mode = "rebooting"
             self.record("reboot")
             if graceful:  # its API answers while the kubelet shuts down (MachineStatus: rebooting)
-                await self.kubelet.shut_down()
+                await self.kubelet.shut_down(drain=drain)
             await self._halt()
             self.kubelet.power_lost()
             if transition is not None:
