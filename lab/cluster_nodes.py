@@ -2,9 +2,12 @@
 
 Each pass reads the apiserver first and writes only what differs, so the ClusterRunner
 (lab/clusters.py), which owns the processes, can run it every tick:
-- a Node per member, registered the way a kubelet registers itself (lab/kubelets.py), played by
-  kwok again when its machine comes back, left unrenewed when its machine leaves (reset) or
-  loses power (a crash, a reset that powers it off);
+- a Node per member whose kubelet runs (lab/talos_node/kubelet.py), registered the way a kubelet
+  registers itself (lab/kubelets.py) with the machine's boot id, reported NotReady with its pods
+  terminated when a graceful reboot signals its kubelet, left unrenewed while its machine is down
+  (reboot, reset, crash, power-off), played by kwok again once its kubelet started after the
+  boot (the boot plus the machine's kubelet_delay), with the new boot id;
+- each machine's view of its Node's readiness (EmulatedNode.node_ready, for its MachineStatus);
 - the control planes' static-pod mirror Pods (lab/static_pods.py);
 - the CNI-ready mark kwok turns into Node readiness, set while the Cilium agent pod on it is Ready;
 - the pod-network verdicts (lab/pod_network.py) and the real Flux Operator's process;
@@ -14,6 +17,7 @@ Each pass reads the apiserver first and writes only what differs, so the Cluster
 from __future__ import annotations
 
 import logging
+from typing import Callable
 
 from kubernetes import client
 
@@ -27,27 +31,29 @@ from lab.talos_node.cluster import ClusterRegistry
 from lab.talos_node.node import EmulatedNode
 
 log = logging.getLogger(__name__)
-POWERED_OFF = ("off", "crashed")  # EmulatedNode modes of a machine whose kubelet cannot run
 
 
 class NodeSync:
     """The Node objects of one cluster's machines, and the passes that follow them."""
 
-    def __init__(self, registry: ClusterRegistry, key: str, name: str) -> None:
+    def __init__(self, registry: ClusterRegistry, key: str, name: str, wake: Callable[[], None] = lambda: None) -> None:
         self.registry = registry
         self.key = key
         self.name = name
-        self.registered: dict[str, str] = {}  # node address -> Node name
+        self.wake = wake  # runs the next pass now: a machine's kubelet signals a shutdown or a start
+        self.registered: dict[str, str] = {}  # node address -> Node name, while its kubelet runs
         self._manifests_known: set = set()  # bootstrap-manifest objects seen (created once, never updated)
 
     def members(self) -> list[EmulatedNode]:
-        """Nodes of this cluster whose kubelet would be up: configured with its config."""
-        return [n for n in self.registry.nodes_of(self.key) if n.mode == "configured" and n.config is not None]
+        """Nodes of this cluster whose kubelet runs: configured with its config, kubelet started."""
+        return [n for n in self.registry.nodes_of(self.key)
+                if n.mode == "configured" and n.config is not None and n.kubelet.running]
 
-    def holding(self) -> list[EmulatedNode]:
-        """Nodes whose kubelet will play again without a reset: configured with this cluster's
-        config, rebooting ones included; not those without power (crashed, or powered off)."""
-        return [n for n in self.registry.nodes_of(self.key) if n.mode not in POWERED_OFF]
+    def detach(self) -> None:
+        """The runner stops: no kubelet of this cluster holds a machine's shutdown lock any more."""
+        for node in self.registry.nodes_of(self.key):
+            if node.kubelet.player is self.wake:
+                node.kubelet.player = None
 
     def reconcile(self, api: client.ApiClient, config: ClusterConfig, flux: OperatorRunner | None,
                   objects_moved: bool = True) -> None:
@@ -55,33 +61,27 @@ class NodeSync:
         core = client.CoreV1Api(api)
         nodes = {n.metadata.name: n for n in core.list_node(_request_timeout=REQUEST_TIMEOUT).items}
         cidrs = [n.spec.pod_cidr for n in nodes.values() if n.spec and n.spec.pod_cidr]
+        machines = self.registry.nodes_of(self.key)
+        for machine in machines:  # the kubelet subscribes to its machine's shutdown signal
+            machine.kubelet.player = self.wake
         current = {n.address: (n, MemberInfo.of(n)) for n in self.members()}
-        holding = {n.address for n in self.holding()}
         leases = client.CoordinationV1Api(api)
-        for address, (_node, member) in current.items():
-            existing = nodes.get(member.hostname)
-            if existing is None:
-                cidr = kubelets.pod_cidr(config.pod_subnet, cidrs)
-                cidrs.append(cidr)
-                allow = config.allow_scheduling_on_control_planes
-                body = kubelets.node_manifest(member, cluster=self.name, cidr=cidr, allow_scheduling_on_control_planes=allow)
-                try:
-                    core.create_node(body, _request_timeout=REQUEST_TIMEOUT)
-                    log.info("cluster %s: registered Node %s (%s)", self.name, member.hostname, address)
-                except client.ApiException as e:
-                    if e.status != 409:
-                        raise
-            elif (existing.metadata.annotations or {}).get(kwok.MANAGED_ANNOTATION) != self.name:
-                self._annotate(core, member.hostname, {kwok.MANAGED_ANNOTATION: self.name})
-            if address not in self.registered and existing is not None and kubelets.rejoin(core, leases, member.hostname):
-                log.info("cluster %s: Node %s (%s) is back; kwok plays its kubelet again", self.name, member.hostname, address)
-            self.registered[address] = member.hostname
-        for address in [a for a in self.registered if a not in holding]:
-            # The machine left (reset) or lost power: its kubelet stops; the Node stays, unrenewed (lab/kubelets.py).
+        written: dict[str, bool] = {}  # Node name -> the Ready this pass wrote
+        for machine in machines:
+            if machine.kubelet.shutting_down:
+                self._shut_down(core, leases, machine, nodes, written)
+        for address, (machine, member) in current.items():
+            self._start(core, leases, config, machine, member, nodes.get(member.hostname), cidrs, written)
+        for address in [a for a in self.registered if a not in current]:
+            # The machine went down (reboot, reset, crash, power-off): its kubelet stopped; the
+            # Node stays as it was, unrenewed (lab/kubelets.py).
             name = self.registered.pop(address)
             if name in nodes:
                 kubelets.leave(leases, name)
-                log.info("cluster %s: Node %s (%s) left; no kubelet renews it now", self.name, name, address)
+                log.info("cluster %s: Node %s (%s) is down; no kubelet renews it now", self.name, name, address)
+        for machine in machines:  # what each machine learns of its Node (its MachineStatus nodeReady)
+            node = nodes.get(machine.hostname)
+            machine.node_ready = written.get(machine.hostname, _ready(node) if node is not None else None)
         static_pods.reconcile(core, current.values(), nodes)
         if objects_moved:
             self._reconcile_cni(core, nodes)
@@ -93,6 +93,49 @@ class NodeSync:
         if cps:
             manifests = talos_manifests.render(v1alpha1(cps[0].config.raw))
             bootstrap_manifests.create_missing(api, cps[0], manifests, self._manifests_known)
+
+    def _start(self, core: client.CoreV1Api, leases: client.CoordinationV1Api, config: ClusterConfig,
+               machine: EmulatedNode, member: MemberInfo, existing, cidrs: list, written: dict) -> None:
+        """A running kubelet: its Node registered, or reporting this boot when it is a new one."""
+        address, name, boot_id = machine.address, member.hostname, machine.kubelet.boot_id or ""
+        if existing is None:
+            cidr = kubelets.pod_cidr(config.pod_subnet, cidrs)
+            cidrs.append(cidr)
+            allow = config.allow_scheduling_on_control_planes
+            body = kubelets.node_manifest(member, cluster=self.name, cidr=cidr, allow_scheduling_on_control_planes=allow,
+                                          boot_id=boot_id)
+            try:
+                core.create_node(body, _request_timeout=REQUEST_TIMEOUT)
+                log.info("cluster %s: registered Node %s (%s)", self.name, name, address)
+            except client.ApiException as e:
+                if e.status != 409:
+                    raise
+        else:
+            if (existing.metadata.annotations or {}).get(kwok.MANAGED_ANNOTATION) != self.name:
+                self._annotate(core, name, {kwok.MANAGED_ANNOTATION: self.name})
+            info = existing.status.node_info if existing.status else None
+            fresh = (info.boot_id if info else "") != boot_id
+            if (address not in self.registered or fresh) and kubelets.start(core, leases, name, boot_id, fresh=fresh):
+                log.info("cluster %s: Node %s (%s) is back; kwok plays its kubelet again", self.name, name, address)
+            if fresh:
+                written[name] = False
+        self.registered[address] = name
+
+    def _shut_down(self, core: client.CoreV1Api, leases: client.CoordinationV1Api, machine: EmulatedNode,
+                   nodes: dict, written: dict) -> None:
+        """A graceful reboot signalled the kubelet: it reports the shutdown, then lets go."""
+        name = self.registered.pop(machine.address, None)
+        try:
+            if name is not None and name in nodes:
+                if machine.kubelet.drain:  # Talos's CordonAndDrainNode, while the kubelet still runs
+                    evicted = kubelets.drain(core, name)
+                    log.info("cluster %s: Node %s cordoned and drained (%d pods evicted)", self.name, name, evicted)
+                ended = kubelets.shut_down(core, leases, name)
+                written[name] = False
+                log.info("cluster %s: Node %s (%s) is shutting down; %d pods terminated", self.name, name,
+                         machine.address, ended)
+        finally:
+            machine.kubelet.release_shutdown()
 
     def _reconcile_cni(self, core: client.CoreV1Api, nodes: dict) -> None:
         pods = core.list_namespaced_pod(CNI_NAMESPACE, label_selector=CNI_SELECTOR, _request_timeout=REQUEST_TIMEOUT).items
@@ -108,3 +151,8 @@ class NodeSync:
     @staticmethod
     def _annotate(core: client.CoreV1Api, name: str, annotations: dict) -> None:
         core.patch_node(name, {"metadata": {"annotations": annotations}}, _request_timeout=REQUEST_TIMEOUT)
+
+
+def _ready(node) -> bool:
+    conditions = (node.status.conditions if node.status else None) or []
+    return any(c.type == "Ready" and c.status == "True" for c in conditions)

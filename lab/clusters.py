@@ -111,8 +111,9 @@ class ClusterRunner:
         self.standins: list = []
         self.kubeconfig_path = self.workdir / "admin.kubeconfig"
         self._api: client.ApiClient | None = None
-        self.node_sync = NodeSync(registry, key, self.name)  # the members' Nodes and what follows them
         self._stop = threading.Event()
+        self._wake = threading.Event()  # a pass now: a machine's kubelet stopped or started
+        self.node_sync = NodeSync(registry, key, self.name, wake=self._wake.set)  # the members' Nodes and what follows them
         self._thread: threading.Thread | None = None
 
     def __repr__(self) -> str:
@@ -141,6 +142,7 @@ class ClusterRunner:
 
     def stop(self, timeout: float = 120.0) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
 
@@ -164,8 +166,11 @@ class ClusterRunner:
                 self.state = "running"
                 log.info("cluster %s: control plane at https://%s:%d, kwok, stand-ins running",
                          self.name, self.address, self.config.endpoint_port)
-                while not self._stop.wait(self.poll):
-                    self._tick()
+                while not self._stop.is_set():
+                    self._wake.wait(self.poll)
+                    self._wake.clear()
+                    if not self._stop.is_set():
+                        self._tick()
         except Exception as e:  # noqa: BLE001 - a runner reports, it never takes the lab down
             self.state = f"failed: {describe(e)}"
             log.exception("cluster %s: runner failed", self.name)
@@ -266,6 +271,7 @@ class ClusterRunner:
         # A cluster whose control plane could not run must not look healthy: its probe says why.
         why = f"the lab could not run the cluster's control plane ({self.state})"
         self.registry.set_health_probe(self.key, (lambda q: [(CHECK_NODES_REPORT, why)]) if failed else None)
+        self.node_sync.detach()
         if self.registry.etcd(self.key) == getattr(self.control_plane, "etcd_snapshot", None):
             self.registry.set_etcd(self.key, None)
         for s in self.standins:

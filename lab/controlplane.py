@@ -26,6 +26,7 @@ from lab import etcd_restore
 from lab.process import Managed, wait_until
 
 READY_TIMEOUT = 90.0  # seconds for etcd + apiserver /readyz on a loaded 2-core machine
+NODE_MONITOR_GRACE = 24  # seconds without a Lease renewal before a Node is Unknown (kwok renews every 3 s)
 
 
 @dataclass(frozen=True)
@@ -334,6 +335,9 @@ class ControlPlane:
             "--use-service-account-credentials=true", "--allocate-node-cidrs=true",
             f"--cluster-cidr={self.pod_cidr}", f"--service-cluster-ip-range={self.service_cidr}",
             "--leader-elect=false", "--controllers=*,-nodeipam,-ttl,-bootstrapsigner,-tokencleaner",
+            # A stopped kubelet's Node turns Unknown (its pods not Ready) NODE_MONITOR_GRACE after its
+            # last Lease renewal (default 50 s), noticed within 2 s (default 5 s).
+            f"--node-monitor-grace-period={NODE_MONITOR_GRACE}s", "--node-monitor-period=2s",
             "--v=0",
         ])
         sched = self._component_kubeconfig("system:kube-scheduler", None)

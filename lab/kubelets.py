@@ -1,5 +1,6 @@
-"""The lab's kubelets, as the cluster sees them: each member's Node, registered when its machine
-joins, left unrenewed when the machine goes away (reset, power-off), played again when it rejoins.
+"""The lab's kubelets, as the cluster sees them: each member's Node, registered when its machine's
+kubelet first starts, reporting the shutdown of a graceful reboot, left unrenewed while the
+machine is down (reboot, reset, crash, power-off), played again when its kubelet starts again.
 kwok plays the kubelet of every Node carrying kwok.MANAGED_ANNOTATION whose Lease it holds.
 
 kwok does not notice a Node losing its annotation; it stops playing a Node only when someone else
@@ -9,12 +10,27 @@ Node Unknown and its pods not Ready a grace period later, as for a real machine 
 stopped; the Node object stays as it was. When the machine rejoins, the lab lets the Lease go and
 kwok takes it within its renew interval, as a fresh kubelet would, playing the Node and its pods
 again.
+
+A graceful reset and the Upgrade sequence first cordon and drain the node as Talos does (`drain`:
+evictions of the pods a controller other than a DaemonSet owns). A graceful reboot then signals
+the kubelet (lab/talos_node/kubelet.py). Talos configures its
+kubelet with shutdownGracePeriod 30s (10s for critical pods) and answers its logind inhibitor
+requests, so the kubelet's node shutdown manager (Kubernetes pkg/kubelet/nodeshutdown) reports the
+Node NotReady, "node is shutting down" (ShutdownStatus, one of the Ready condition's errors), and
+terminates every pod on it (phase Failed, reason Terminated, a DisruptionTarget condition), then
+lets Talos stop it (`shut_down`). The Node carries STOPPED_ANNOTATION from then until its kubelet
+starts again, so kwok's stages leave its status alone even before kwok sees its Lease go. The
+kubelet of the next boot reports the new boot id and, until the node's Cilium agent is Ready
+again, the network not ready (`start`).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import ipaddress
+import logging
+import time
 from typing import TYPE_CHECKING, Iterable
 
 from kubernetes import client
@@ -30,6 +46,14 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 LEASE_NAMESPACE = "kube-node-lease"
 LEFT_HOLDER = "lab.kontinuum.sh/machine-left"  # holds a left machine's Lease so kwok cannot
 LEFT_DURATION = 10 * 365 * 24 * 3600
+DRAIN_TIMEOUT = 30.0  # seconds the lab's drain takes at most (Talos allows 5 min)
+log = logging.getLogger(__name__)
+STOPPED_ANNOTATION = "lab.kontinuum.sh/kubelet"  # "stopped" while the machine's kubelet does not run
+SHUTTING_DOWN = "node is shutting down"
+SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
+NETWORK_NOT_READY = ("container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady "
+                     "message:Network plugin returns error: cni plugin not initialized")
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 
 def pod_cidr(pod_subnet: str, taken: Iterable[str]) -> str:
@@ -45,7 +69,8 @@ def pod_cidr(pod_subnet: str, taken: Iterable[str]) -> str:
     raise RuntimeError(f"pod subnet {pod_subnet} has no free /{prefix} left")
 
 
-def node_manifest(member: MemberInfo, *, cluster: str, cidr: str, allow_scheduling_on_control_planes: bool) -> dict:
+def node_manifest(member: MemberInfo, *, cluster: str, cidr: str, allow_scheduling_on_control_planes: bool,
+                  boot_id: str = "") -> dict:
     """The Node a kubelet registers on a Talos machine (status included: Nodes take it on create)."""
     labels = {
         "beta.kubernetes.io/arch": "amd64",
@@ -92,7 +117,7 @@ def node_manifest(member: MemberInfo, *, cluster: str, cidr: str, allow_scheduli
                 "containerRuntimeVersion": "containerd://2.1.0 (lab: kwok)",
                 "machineID": hashlib.sha256(member.address.encode()).hexdigest()[:32],
                 "systemUUID": "",
-                "bootID": "",
+                "bootID": boot_id,
             },
         },
     }
@@ -112,8 +137,18 @@ def leave(leases: client.CoordinationV1Api, name: str) -> None:
     # not Ready only on a Ready → not-Ready transition.
 
 
-def rejoin(core: client.CoreV1Api, leases: client.CoordinationV1Api, name: str) -> bool:
-    """Let the Lease of a Node whose machine is back go, so kwok takes it; True if it was held."""
+def start(core: client.CoreV1Api, leases: client.CoordinationV1Api, name: str, boot_id: str, *,
+          fresh: bool) -> bool:
+    """The machine's kubelet started: a `fresh` one (a new boot) reports the boot id and, its
+    Cilium agent gone with the old boot, the network not ready; the Lease is let go so kwok takes
+    it. True if the lab held the Lease (the machine was away)."""
+    if fresh:
+        now = _now()
+        core.patch_node(name, {"metadata": {"annotations": {kwok.CNI_READY_ANNOTATION: None, STOPPED_ANNOTATION: None}}},
+                        _request_timeout=REQUEST_TIMEOUT)
+        core.patch_node_status(name, {"status": {"nodeInfo": {"bootID": boot_id}, "conditions": [{
+            "type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": NETWORK_NOT_READY,
+            "lastHeartbeatTime": now, "lastTransitionTime": now}]}}, _request_timeout=REQUEST_TIMEOUT)
     try:
         lease = leases.read_namespaced_lease(name, LEASE_NAMESPACE, _request_timeout=REQUEST_TIMEOUT)
     except client.ApiException as e:
@@ -122,9 +157,96 @@ def rejoin(core: client.CoreV1Api, leases: client.CoordinationV1Api, name: str) 
         return False
     if lease.spec.holder_identity != LEFT_HOLDER:
         return False
-    # Its Cilium agent went with the machine: the fresh kubelet reports the network not ready.
-    core.patch_node(name, {"metadata": {"annotations": {kwok.CNI_READY_ANNOTATION: None}}},
-                    _request_timeout=REQUEST_TIMEOUT)
     leases.patch_namespaced_lease(name, LEASE_NAMESPACE, {"spec": {
         "holderIdentity": None, "leaseDurationSeconds": kwok.LEASE_SECONDS}}, _request_timeout=REQUEST_TIMEOUT)
     return True
+
+
+def shut_down(core: client.CoreV1Api, leases: client.CoordinationV1Api, name: str) -> int:
+    """The kubelet's node shutdown manager on a graceful reboot: the Node NotReady ("node is
+    shutting down"), every pod on it terminated; then the kubelet stops. Returns the pods ended."""
+    leave(leases, name)
+    core.patch_node(name, {"metadata": {"annotations": {STOPPED_ANNOTATION: "stopped"}}}, _request_timeout=REQUEST_TIMEOUT)
+    now = _now()
+    core.patch_node_status(name, {"status": {"conditions": [{
+        "type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": SHUTTING_DOWN,
+        "lastHeartbeatTime": now, "lastTransitionTime": now}]}}, _request_timeout=REQUEST_TIMEOUT)
+    pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}", _request_timeout=REQUEST_TIMEOUT).items
+    ended = 0
+    for pod in pods:
+        annotations = pod.metadata.annotations or {}
+        if pod.metadata.deletion_timestamp or MIRROR_ANNOTATION in annotations or pod.status.phase in ("Succeeded", "Failed"):
+            continue  # static pods' mirrors follow lab/static_pods.py
+        try:
+            core.patch_namespaced_pod_status(pod.metadata.name, pod.metadata.namespace, terminated(pod, now),
+                                             _request_timeout=REQUEST_TIMEOUT)
+            ended += 1
+        except client.ApiException as e:
+            if e.status != 404:
+                raise
+    return ended
+
+
+def drain(core: client.CoreV1Api, name: str, timeout: float = DRAIN_TIMEOUT) -> int:
+    """Talos's CordonAndDrainNode (pkg/kubernetes Drain): cordon, then evict every pod on the node
+    that a controller other than a DaemonSet owns (grace 60 s, again while a disruption budget
+    refuses), and wait for them to go; bounded, as Talos's drain (logged, never fatal). Returns
+    the pods evicted."""
+    core.patch_node(name, {"spec": {"unschedulable": True}}, _request_timeout=REQUEST_TIMEOUT)
+    deadline = time.monotonic() + timeout
+    pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}", _request_timeout=REQUEST_TIMEOUT).items
+    targets = [p for p in pods if MIRROR_ANNOTATION not in (p.metadata.annotations or {})
+               and any(o.controller and o.kind != "DaemonSet" for o in p.metadata.owner_references or [])]
+    evicted = []
+    for pod in targets:
+        body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": pod.metadata.name, "namespace": pod.metadata.namespace},
+                "deleteOptions": {"gracePeriodSeconds": 60}}
+        while True:
+            try:
+                core.create_namespaced_pod_eviction(pod.metadata.name, pod.metadata.namespace, body,
+                                                    _request_timeout=REQUEST_TIMEOUT)
+                evicted.append(pod)
+                break
+            except client.ApiException as e:
+                if e.status == 404:
+                    break
+                if e.status != 429 or time.monotonic() > deadline:
+                    log.warning("node %s: failed to evict pod %s/%s: %s", name, pod.metadata.namespace,
+                                pod.metadata.name, e.reason)
+                    break
+                time.sleep(1.0)  # a disruption budget refuses for now
+    while evicted and time.monotonic() < deadline:
+        left = {p.metadata.uid for p in core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={name}", _request_timeout=REQUEST_TIMEOUT).items}
+        evicted_left = [p for p in evicted if p.metadata.uid in left]
+        if not evicted_left:
+            break
+        time.sleep(0.5)
+    return len(evicted)
+
+
+def terminated(pod, now: str) -> dict:
+    """What the kubelet reports of a pod it terminated for a node shutdown (the containers ended
+    on SIGTERM within their grace period)."""
+    condition = {"status": "False", "reason": "PodFailed", "lastProbeTime": None, "lastTransitionTime": now}
+    started = {c.name: (c.state.running.started_at if c.state and c.state.running else None)
+               for c in (pod.status.container_statuses or [])}
+    return {"status": {
+        "phase": "Failed", "reason": "Terminated", "message": SHUTDOWN_MESSAGE,
+        "conditions": [
+            {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet", "message": SHUTDOWN_MESSAGE,
+             "lastProbeTime": None, "lastTransitionTime": now},
+            {"type": "Ready", **condition}, {"type": "ContainersReady", **condition},
+        ],
+        "containerStatuses": [{
+            "name": c.name, "image": c.image, "imageID": "", "ready": False, "started": False, "restartCount": 0,
+            "state": {"running": None, "waiting": None, "terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": now,
+                                     "startedAt": started.get(c.name).isoformat().replace("+00:00", "Z")
+                                     if started.get(c.name) else now}},
+        } for c in pod.spec.containers],
+    }}
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

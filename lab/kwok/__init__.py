@@ -20,7 +20,12 @@ from lab.process import Managed
 STAGES = Path(__file__).with_name("stages.yaml")
 MANAGED_ANNOTATION = "lab.kontinuum.sh/kwok"  # value: the cluster name; kwok manages exactly these Nodes
 CNI_READY_ANNOTATION = "lab.kontinuum.sh/cni-ready"  # "true" once the node's Cilium agent pod is Ready
-LEASE_SECONDS = 40  # what a kubelet sets on its node Lease
+# A kubelet's node Lease lasts 40 s and is renewed every 10 s. kwok renews at a quarter of this
+# duration and tries to take a Lease someone else holds (the lab, while a machine is down:
+# lab/kubelets.py) only that often, so a started kubelet's Node would wait up to 10 s more for kwok
+# to play it: a shorter Lease brings it back within 3 s. The node lifecycle controller reads the
+# renewals only, never this duration (lab/controlplane.py NODE_MONITOR_GRACE).
+LEASE_SECONDS = 12
 
 
 def argv(kubeconfig: Path, *, cluster: str, node_ip: str, pod_cidr: str, stages: Path = STAGES) -> list[str]:

@@ -22,7 +22,8 @@ from grpclib.exceptions import GRPCError
 
 from kontinuum.talos import pki
 from lab.controlplane import kubeconfig_text
-from lab.talos_node import apply_decision, etcd_api, etcd_service, resources
+from lab.talos_node import apply_decision, etcd_api, machine_status, resources
+from lab.talos_node import services as machine_services
 from lab.talos_node.call import Call
 from lab.talos_node.cluster import AlreadyBootstrapped, HealthQuery
 from lab.talos_node.machineconfig import AppliedConfig, InvalidConfig, parse, v1alpha1_document
@@ -242,37 +243,14 @@ class NodeApi:
             node.registry.wipe_etcd(config.cluster_key, node.address)
 
         transition = forget if wipes_config else wipe_etcd if "EPHEMERAL" in partitions else None
-        call.after_reply.append(lambda: node.schedule_reboot(transition, power_off=power_off))
+        # A graceful reset cordons and drains the node first (Talos's Reset sequence).
+        call.after_reply.append(lambda: node.schedule_reboot(transition, power_off=power_off, drain=request.graceful))
         return machine_pb2.ResetResponse(messages=[machine_pb2.Reset(actor_id=str(uuid.uuid4()))])
 
     async def service_list(self, call: Call, request) -> machine_pb2.ServiceListResponse:
-        config = self._config()
-        running = ["apid", "containerd", "cri", "machined", "udevd"]
-        if config.is_control_plane:
-            running.append("trustd")
-        services = [self._service(s, "Running", True) for s in running]
-        # A control plane's kubelet restarts its static pods on a new cluster CA chain: healthy
-        # again once the lab's apiserver runs on the chain this node's config names.
-        chain = self.node.registry.k8s_chain(config.cluster_key) if config.is_control_plane else None
-        services.append(self._service("kubelet", "Running", chain is None or chain == config.k8s_trusted))
-        if config.is_control_plane:  # Running but unhealthy: data of an etcd that lost its quorum
-            state = self.node.registry.state(config.cluster_key)
-            etcd = etcd_service.service(state.standing(self.node.address),
-                                        bootstrapped=self.node.registry.has_quorum(config.cluster_key))
-            services.append(self._service("etcd", etcd.state, etcd.healthy, etcd.events))
-        services.sort(key=lambda s: s.id)
-        return machine_pb2.ServiceListResponse(messages=[machine_pb2.ServiceList(services=services)])
-
-    def _service(self, name: str, state: str, healthy: bool,
-                 events: tuple[tuple[str, str], ...] = ()) -> machine_pb2.ServiceInfo:
-        at = self.node.booted_at
-        events = events or ((state, f"Service {state.lower()}"),)
-        return machine_pb2.ServiceInfo(
-            id=name,
-            state=state,
-            events=machine_pb2.ServiceEvents(events=[machine_pb2.ServiceEvent(msg=m, state=s, ts=at) for s, m in events]),
-            health=machine_pb2.ServiceHealth(healthy=healthy, last_change=at),
-        )
+        self._config()
+        listed = [machine_services.info(s) for s in machine_services.of(self.node)]
+        return machine_pb2.ServiceListResponse(messages=[machine_pb2.ServiceList(services=listed)])
 
     async def upgrade(self, call: Call, request) -> machine_pb2.UpgradeResponse:
         match = _INSTALLER_TAG.search(request.image)
@@ -285,7 +263,8 @@ class NodeApi:
         if request.stage:
             node.staged_version = version
         else:
-            call.after_reply.append(lambda: node.schedule_reboot(lambda: setattr(node, "talos_version", version)))
+            call.after_reply.append(lambda: node.schedule_reboot(lambda: setattr(node, "talos_version", version),
+                                                                 drain=True))  # the Upgrade sequence drains first
         return machine_pb2.UpgradeResponse(
             messages=[machine_pb2.Upgrade(ack="Upgrade request received", actor_id=str(uuid.uuid4()))]
         )
@@ -361,15 +340,24 @@ class NodeApi:
         if namespace not in resources.NAMESPACES:
             raise GRPCError(Status.PERMISSION_DENIED, f"namespace {namespace!r} is not supported")
         configured_cp = node.mode != "maintenance" and node.config is not None and node.is_control_plane
+        stage, ready, unmet = machine_status.status(node)
         facts = resources.NodeFacts(
             address=node.address,
             talos_version=node.talos_version,
-            stage="maintenance" if node.mode == "maintenance" else "running",
-            ready=True,
+            stage=stage,
+            ready=ready,
+            unmet=unmet,
+            services=self._running_services(),
             manifests=render_manifests(v1alpha1_document(node.config.raw)) if configured_cp and rtype == resources.bootstrap.TYPE else {},
             config=node.config.raw if node.mode != "maintenance" and node.config is not None else b"",
         )
         return resources.specs(facts).get((namespace, rtype), {})
+
+    def _running_services(self) -> dict[str, dict]:
+        node = self.node
+        if node.mode == "maintenance" or node.config is None:
+            return {}
+        return machine_services.resources(machine_services.of(node))
 
     async def cosi_get(self, call: Call, request) -> state_pb2.GetResponse:
         found = self._resources(request.namespace, request.type).get(request.id)

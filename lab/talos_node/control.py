@@ -4,8 +4,10 @@ On http://<node address>:<control port>/ (loopback only, like the node):
     GET  /state          mode (off, maintenance, booting, configured, rebooting, crashed), version,
                          cluster, fingerprint, fault knobs, call counters, boot id, etcd members,
                          this node's etcd standing (member, removed, none; null unless a
-                         configured control plane), event log (JSON)
-    POST /faults         JSON with any of latency, hang, refuse, reboot_delay, netboot,
+                         configured control plane), its kubelet (service state, healthy, the boot
+                         it started in), its MachineStatus (stage, ready, unmetConditions), the
+                         Node readiness the lab handed it (node_ready), event log (JSON)
+    POST /faults         JSON with any of latency, hang, refuse, reboot_delay, kubelet_delay, netboot,
                          install_delay, upgrade_fault ("", fail, rollback, hang),
                          pull_fault (a pull whose image reference contains it fails) and
                          fail_next: {"count": N, "status": "UNAVAILABLE", "message": "..."}
@@ -27,11 +29,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from grpclib.const import Status
 
+from lab.talos_node import machine_status
 from lab.talos_node.node import EmulatedNode
 from lab.talos_node.upgrade import UPGRADE_FAULTS
 
 CONTROL_PORT = 50080
-_KNOBS = {"latency": float, "hang": bool, "refuse": bool, "reboot_delay": float, "netboot": bool,
+_KNOBS = {"latency": float, "hang": bool, "refuse": bool, "reboot_delay": float, "kubelet_delay": float,
+          "netboot": bool,
           "install_delay": float, "upgrade_fault": str, "pull_fault": str}
 
 
@@ -51,6 +55,9 @@ def state(node: EmulatedNode) -> dict:
         if node.cluster_key else [],
         "etcd": node.registry.etcd_standing(node.cluster_key, node.address)
         if node.cluster_key and node.is_control_plane else None,
+        "kubelet": {"state": node.kubelet.state, "healthy": node.kubelet.healthy, "boot_id": node.kubelet.boot_id},
+        "machine_status": dict(zip(("stage", "ready", "unmetConditions"), machine_status.status(node))),
+        "node_ready": node.node_ready,
         "events": node.event_log(),
     }
 

@@ -15,6 +15,9 @@ class Faults:
     hang: bool = False  # accept calls but never answer them
     refuse: bool = False  # stop listening (connection refused) and drop open connections
     reboot_delay: float = 1.0  # seconds a reboot keeps the node off the network
+    # Seconds from a boot (or a live kubelet restart) until the kubelet runs again: until then no
+    # kubelet renews the Node's Lease or reports its status (kubelet.py, lab/cluster_nodes.py).
+    kubelet_delay: float = 0.5
     fail_next: int = 0  # the next N calls fail with fail_status
     fail_status: Status = Status.UNAVAILABLE
     fail_message: str = "injected failure"

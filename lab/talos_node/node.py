@@ -5,7 +5,9 @@ reboot) → maintenance. A reboot drops every connection, stops listening for `r
 seconds and comes back with a new identity (a fresh maintenance certificate, or a server
 certificate from the applied OS CA). A crash (`crash()`) cuts the power with the disk intact:
 the node is "crashed", answers nothing (dial.DeadPort: clients time out, they are not refused)
-until `power_on()` boots it with the config it had.
+until `power_on()` boots it with the config it had. A configured boot starts its kubelet service
+`kubelet_delay` seconds later; a graceful reboot (not a power-cycle, a crash or a FORCE reboot)
+first shuts the kubelet down as Talos does (kubelet.py).
 
 The coroutines run on the owning Lab's event loop; the public methods are synchronous and
 thread-safe so tests can call them directly.
@@ -20,7 +22,6 @@ import logging
 import threading
 import time
 import uuid
-import weakref
 from collections import Counter
 from dataclasses import replace
 from typing import Any, Callable
@@ -28,11 +29,12 @@ from typing import Any, Callable
 from google.protobuf.timestamp_pb2 import Timestamp
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
-from grpclib.server import Server
 
-from lab.talos_node import dial, etcd_service, tls, unimplemented
+from lab.talos_node import dial, etcd_service, tls
+from lab.talos_node.server import DroppingServer as _Server
 from lab.talos_node.cluster import ClusterRegistry
 from lab.talos_node.faults import Faults
+from lab.talos_node.kubelet import KubeletService
 from lab.talos_node.machineconfig import AppliedConfig
 
 APID_PORT = 50000
@@ -57,27 +59,6 @@ def check_loopback(address: str) -> str:
     return str(ip)
 
 
-class _Server(Server):
-    """grpclib Server that can drop its open connections, as a rebooting machine does.
-    (`_protocol_factory` is grpclib's per-connection hook; grpclib is pinned.)"""
-
-    def __init__(self, handlers) -> None:
-        super().__init__(handlers)
-        self._mapping = unimplemented.Mapping(self._mapping)  # grpclib's per-server method table
-        self.protocols: weakref.WeakSet = weakref.WeakSet()
-
-    def _protocol_factory(self):  # type: ignore[override]
-        protocol = super()._protocol_factory()
-        self.protocols.add(protocol)
-        return protocol
-
-    def drop_connections(self) -> None:
-        for protocol in list(self.protocols):
-            connection = getattr(protocol, "connection", None)
-            if connection is not None:
-                connection.close()
-
-
 class EmulatedNode:
     def __init__(
         self,
@@ -95,7 +76,11 @@ class EmulatedNode:
         self.registry = registry
         self.talos_version = talos_version
         self.mode = "off"  # off | maintenance | booting | configured | rebooting | crashed
-        self.config: AppliedConfig | None = None
+        self.kubelet = KubeletService(self)
+        self._config: AppliedConfig | None = None
+        # Handed in by the lab from the apiserver, never read from it here: whether the Node of
+        # this machine is Ready (None: no Node status known since this boot).
+        self.node_ready: bool | None = None
         self.staged: AppliedConfig | None = None
         self.staged_version: str | None = None
         self.etcd_snapshot: bytes | None = None  # /var/lib/etcd.snapshot, uploaded by EtcdRecover
@@ -122,6 +107,19 @@ class EmulatedNode:
         return f"EmulatedNode({self.address}, {self.mode})"
 
     # --- what the API and the cluster registry read ------------------------------------
+
+    @property
+    def config(self) -> AppliedConfig | None:
+        return self._config
+
+    @config.setter
+    def config(self, new: AppliedConfig | None) -> None:
+        old, self._config = self._config, new
+        self.kubelet.config_changed(old, new)
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
 
     @property
     def hostname(self) -> str:
@@ -193,8 +191,9 @@ class EmulatedNode:
             return [dict(e) for e in self.events]
 
     def reboot(self, timeout: float = 30.0) -> None:
-        """Power-cycle the node and wait until it is back (a new maintenance identity, too)."""
-        self._run(self._reboot(None), timeout)
+        """Power-cycle the node and wait until it is back (a new maintenance identity, too); no
+        graceful shutdown: its kubelet just stops."""
+        self._run(self._reboot(None, graceful=False), timeout)
 
     def power_on(self, timeout: float = 30.0) -> None:
         """Boot a node that a reset with reboot=False powered off, or that crashed (with the
@@ -246,10 +245,12 @@ class EmulatedNode:
             self.registry.leave(old_key, self.address)
             self.registry.forget_if_empty(old_key)
 
-    def schedule_reboot(self, transition: Callable[[], None] | None, *, power_off: bool = False) -> None:
+    def schedule_reboot(self, transition: Callable[[], None] | None, *, power_off: bool = False,
+                        graceful: bool = True, drain: bool = False) -> None:
         """Reboot after the current reply has gone out; `transition` runs while the node is
-        down (new config, forgotten config, new version)."""
-        task = self._loop.create_task(self._reboot(transition, power_off=power_off))
+        down (new config, forgotten config, new version). Graceful: its kubelet shuts down first,
+        after a cordon and drain with `drain` (a graceful reset, the Upgrade sequence)."""
+        task = self._loop.create_task(self._reboot(transition, power_off=power_off, graceful=graceful, drain=drain))
         self._tasks.add(task)
         task.add_done_callback(self._reboot_done)
 
@@ -293,6 +294,7 @@ class EmulatedNode:
             task.cancel()
         async with self._power:
             await self._halt()
+            self.kubelet.power_lost()
             if self._dead_port is not None:
                 self._dead_port.close()
                 self._dead_port = None
@@ -309,18 +311,23 @@ class EmulatedNode:
             if self.mode in ("off", "crashed"):
                 return
             await self._halt()
+            self.kubelet.power_lost()
             self._dead_port = dial.DeadPort(self.address, self.port)
             self.mode = "crashed"
             self.record("crashed")
 
-    async def _reboot(self, transition: Callable[[], None] | None, *, power_off: bool = False) -> None:
+    async def _reboot(self, transition: Callable[[], None] | None, *, power_off: bool = False,
+                      graceful: bool = True, drain: bool = False) -> None:
         await asyncio.sleep(0)  # let the reply that asked for the reboot leave first
         async with self._power:
             if self.mode == "crashed":  # the power went before the reboot began
                 return
             self.mode = "rebooting"
             self.record("reboot")
+            if graceful:  # its API answers while the kubelet shuts down (MachineStatus: rebooting)
+                await self.kubelet.shut_down(drain=drain)
             await self._halt()
+            self.kubelet.power_lost()
             if transition is not None:
                 transition()
             if self.staged is not None:
@@ -364,6 +371,9 @@ class EmulatedNode:
                 if self.registry.etcd_standing(config.cluster_key, self.address) == etcd_service.REMOVED:
                     self.record("etcd-failing", error=etcd_service.REMOVED_ERROR)
         await self._sync_listening()
+        self.node_ready = None  # machined starts without the Node's status
+        if self.mode == "configured":
+            self.kubelet.boot()
         self.boots += 1
         self.record("booted", mode=self.mode, version=self.talos_version)
 

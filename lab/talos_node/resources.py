@@ -74,6 +74,7 @@ MACHINE_STATUS = "MachineStatuses.runtime.talos.dev"
 LINK = "LinkStatuses.net.talos.dev"
 ADDRESS = "AddressStatuses.net.talos.dev"
 MACHINE_CONFIG = "MachineConfigs.config.talos.dev"
+SERVICE = "Services.v1alpha1.talos.dev"
 
 DEFINITIONS = {
     d.type: d
@@ -87,6 +88,7 @@ DEFINITIONS = {
         Definition(bootstrap.TYPE, "Manifest", bootstrap.NAMESPACE, ("manifest", "manifests")),
         Definition(MACHINE_CONFIG, "MachineConfig", "config", ("machineconfig", "mc"), sensitive=True),
         *(Definition(t, display, k8s_resources.NAMESPACE) for t, display in k8s_resources.DEFINITIONS),
+        Definition(SERVICE, "Service", "runtime", ("svc",)),
     )
 }
 NAMESPACES = {
@@ -105,8 +107,10 @@ class NodeFacts:
 
     address: str
     talos_version: str
-    stage: str  # maintenance, booting, running
+    stage: str  # maintenance, booting, running, rebooting (machine_status.py)
     ready: bool
+    unmet: list = field(default_factory=list)  # MachineStatus unmetConditions [{name, reason}]
+    services: dict = field(default_factory=dict)  # Running service id → Service spec (services.py)
     manifests: dict = field(default_factory=dict)  # bootstrap manifest id → objects (control planes)
     config: bytes = b""  # the applied machine config (configured nodes only)
 
@@ -214,8 +218,9 @@ def specs(facts: NodeFacts) -> dict[tuple[str, str], dict[str, tuple[dict, bytes
         },
         ("runtime", VERSION): {"version": ({"version": facts.talos_version}, _proto_string(1, facts.talos_version))},
         ("runtime", MACHINE_STATUS): {
-            "machine": ({"stage": facts.stage, "status": {"ready": facts.ready, "unmetConditions": []}}, b"")
+            "machine": ({"stage": facts.stage, "status": {"ready": facts.ready, "unmetConditions": facts.unmet}}, b"")
         },
+        ("runtime", SERVICE): {sid: (spec, b"") for sid, spec in facts.services.items()},
         ("network", LINK): {name: (spec, b"") for name, spec in _links(facts).items()},
         ("network", ADDRESS): {name: (spec, b"") for name, spec in _addresses(facts).items()},
         # Talos serves a Manifest's spec as the YAML list of its objects (ManifestSpec.MarshalYAML).
@@ -235,6 +240,7 @@ _OWNERS = {
     bootstrap.TYPE: "k8s.ManifestController",
     MACHINE_CONFIG: "config.AcquireController",
     **k8s_resources.OWNERS,
+    SERVICE: "v1alpha1.ServiceController",
 }
 
 

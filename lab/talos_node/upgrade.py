@@ -108,7 +108,8 @@ class UpgradeApi:
     async def reboot(self, call: Call, request) -> machine_pb2.RebootResponse:
         node = self.node
         node.record("reboot-requested", mode=machine_pb2.RebootRequest.Mode.Name(request.mode))
-        call.after_reply.append(lambda: node.schedule_reboot(None))
+        force = request.mode == machine_pb2.RebootRequest.FORCE  # skips the graceful phases (the kubelet's too)
+        call.after_reply.append(lambda: node.schedule_reboot(None, graceful=not force))
         return machine_pb2.RebootResponse(messages=[machine_pb2.Reboot(actor_id=str(uuid.uuid4()))])
 
     async def read(self, call: Call, request) -> AsyncIterator[common_pb2.Data]:

@@ -1,10 +1,11 @@
 """The emulator's crash model, pure parts: the etcd standing of a node whose member was removed
 while it kept its data, what its etcd service and the health check then say, what apid says of a
-crashed node it cannot reach, and which machines still have a kubelet."""
+crashed node it cannot reach, and which machines' kubelets play their Node."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from lab import cluster_nodes
 from lab.talos_node import dial, etcd_service
@@ -23,6 +24,7 @@ class FakeNode:
     cluster_key: str | None = KEY
     is_control_plane: bool = True
     config: object = object()
+    kubelet: object = None
 
     @property
     def hostname(self) -> str:
@@ -132,13 +134,15 @@ def test_dial_errors_read_as_grpc_go_writes_them():
     assert dial.rpc_error("x") == "rpc error: code = Unavailable desc = x"
 
 
-def test_machines_without_power_have_no_kubelet():
+def test_only_machines_whose_kubelet_runs_play_their_node():
+    """Not while rebooting (its kubelet stopped for it), crashed or off, nor after a boot until the
+    kubelet started (kubelet_delay)."""
     registry: ClusterRegistry = ClusterRegistry()
-    modes = ["configured", "rebooting", "crashed", "off"]
-    for i, mode in enumerate(modes, 1):
-        registry.add_node(FakeNode(f"127.0.99.{i}", mode=mode))
+    modes = [("configured", True), ("configured", False), ("rebooting", False), ("crashed", False), ("off", False)]
+    for i, (mode, running) in enumerate(modes, 1):
+        registry.add_node(FakeNode(f"127.0.99.{i}", mode=mode, kubelet=SimpleNamespace(running=running)))
     sync = cluster_nodes.NodeSync(registry, KEY, "zone-a")
-    assert sorted(n.mode for n in sync.holding()) == ["configured", "rebooting"]
+    assert [n.address for n in sync.members()] == ["127.0.99.1"]
 
 
 def test_etcd_loses_its_quorum_when_a_majority_of_member_machines_is_down():

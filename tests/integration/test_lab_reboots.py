@@ -1,0 +1,215 @@
+"""A rebooting emulated machine is seen going down and coming back as a real Talos node is, through
+a real control plane (kube-apiserver, the real node lifecycle controller) and kwok as its kubelet:
+the graceful reboot's kubelet reports the Node NotReady ("node is shutting down") and ends its pods
+before the machine goes down; the Node is Ready again only after the boot plus the kubelet start
+delay (the `kubelet_delay` knob, set here over the node's HTTP control endpoint) and once its
+Cilium agent pod is Ready again, reporting the new boot id; MachineStatus walks booting →
+running (not ready until the Node is) → running and ready; a live cluster CA change
+restarts the kubelet, visible in its service events and COSI Service resource, without a reboot
+and without the Node leaving Ready. Addresses 127.0.63.8/29 are this module's own (control plane
+.11, worker .12; control endpoints on port 50083)."""
+
+from __future__ import annotations
+
+import base64
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from google.protobuf import empty_pb2
+from kubernetes import client, config as kconfig
+
+from kontinuum.talos import lifecycle, pki, secrets, talosconfig
+from kontinuum.talos import machineconfig as mc
+from kontinuum.talos.answers import yaml_spec
+from kontinuum.talos.client import TalosClient
+from kontinuum.talos.clusterspec import ClusterSpec, PoolSpec
+from kontinuum.talos.errors import TalosError
+from lab.cluster_manager import ClusterManager
+from lab.process import wait_until
+from lab.talos_node import Lab, control
+from protos.gen.machine import machine_grpc
+from protos.gen.v1alpha1 import state_grpc, state_pb2
+
+CP, WORKER = "127.0.63.11", "127.0.63.12"
+NAME = "reboots"
+T = 10  # seconds per API call
+CONTROL_PORT = 50083
+REBOOT_DELAY, KUBELET_DELAY = 1.0, 3.0  # the worker's, for the reboot test
+AGENT = {"app.kubernetes.io/part-of": "cilium", "k8s-app": "cilium"}
+
+
+@pytest.fixture(scope="module")
+def zone(tools_bin: Path, tmp_path_factory):
+    missing = [t for t in ("etcd", "kube-apiserver", "kube-controller-manager", "kwok") if not (tools_bin / t).exists()]
+    if missing:
+        pytest.fail(f"pinned tools missing from {tools_bin}: {', '.join(missing)}; run `make tools`")
+    bundle = secrets.generate()
+    spec = ClusterSpec(name=NAME, endpoint=f"https://{CP}:6443", kubernetes_version="1.35.4",
+                       workers=(PoolSpec("web", 1),))
+    with Lab(pool="127.0.63.8/29", reboot_delay=0.2) as lab, \
+            ClusterManager(lab.clusters, tmp_path_factory.mktemp("reboots") / "clusters", standins=False):
+        for address, pool in ((CP, "controlplane"), (WORKER, "web")):
+            lab.add_node(address)
+            TalosClient.maintenance(address).apply_config(mc.render(spec, bundle, pool=pool))
+        for address in (CP, WORKER):
+            lab.node(address).wait_for("configured", 10)
+        talos(bundle, CP).bootstrap()
+        server = control.serve(lab.node(WORKER), CONTROL_PORT)
+        api = kconfig.new_client_from_config_dict(yaml.safe_load(talos(bundle, CP).kubeconfig()))
+        core = client.CoreV1Api(api)
+        wait_until("2 Nodes", lambda: len(core.list_node(_request_timeout=T).items) == 2, 120)
+        cni_agents(api)
+        wait_until("both Nodes Ready", lambda: all(map(is_ready, core.list_node(_request_timeout=T).items)), 90)
+        try:
+            yield lab, bundle, core
+        finally:
+            server.shutdown()
+            server.server_close()
+            api.close()
+
+
+def talos(bundle: secrets.SecretsBundle, node: str) -> TalosClient:
+    text = talosconfig.render(NAME, [node], [node], bundle.os.crt, talosconfig.issue_client_cert(bundle.os))
+    return TalosClient.from_talosconfig(talosconfig.parse(text), node=node, endpoint=node)
+
+
+def cni_agents(api: client.ApiClient) -> None:
+    """A DaemonSet labelled as Cilium's agent (kwok runs its pods): the lab marks a Node's network
+    ready while the agent on it is Ready."""
+    client.AppsV1Api(api).create_namespaced_daemon_set("kube-system", {
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "cilium", "labels": AGENT},
+        "spec": {"selector": {"matchLabels": AGENT}, "template": {"metadata": {"labels": AGENT}, "spec": {
+            "hostNetwork": True, "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "cilium-agent", "image": "lab.invalid/cilium-agent-stand-in:0",
+                            "env": [{"name": "KUBERNETES_SERVICE_HOST", "value": "localhost"},
+                                    {"name": "KUBERNETES_SERVICE_PORT", "value": "7445"}]}]}}}},
+        _request_timeout=T)
+
+
+def is_ready(obj) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in (obj.status.conditions or []))
+
+
+def ready_condition(core: client.CoreV1Api, name: str):
+    return next((c for c in core.read_node(name, _request_timeout=T).status.conditions or [] if c.type == "Ready"), None)
+
+
+def machine_status(c: TalosClient) -> dict:
+    async def get(channel, md, t):
+        return await state_grpc.StateStub(channel).Get(state_pb2.GetRequest(
+            namespace="runtime", type="MachineStatuses.runtime.talos.dev", id="machine"), timeout=t, metadata=md)
+
+    return yaml_spec(c._run("get machinestatus", 3, get).resource)
+
+
+def cosi_services(c: TalosClient) -> dict[str, dict]:
+    async def list_(channel, md, t):
+        return await state_grpc.StateStub(channel).List(state_pb2.ListRequest(
+            namespace="runtime", type="Services.v1alpha1.talos.dev"), timeout=t, metadata=md)
+
+    return {r.resource.metadata.id: yaml_spec(r.resource) for r in c._run("list services", 3, list_)}
+
+
+def kubelet_service(c: TalosClient):
+    async def body(channel, md, t):
+        return await machine_grpc.MachineServiceStub(channel).ServiceList(empty_pb2.Empty(), timeout=t, metadata=md)
+
+    return next(s for m in c._run("service list", 3, body).messages for s in m.services if s.id == "kubelet")
+
+
+def knobs(**changes) -> None:
+    """Set the worker's fault knobs over its HTTP control endpoint."""
+    control.request(WORKER, "/faults", changes, port=CONTROL_PORT)
+
+
+def pods_on(core: client.CoreV1Api, node: str) -> list:
+    return core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}", _request_timeout=T).items
+
+
+def test_a_reboot_takes_the_node_down_until_boot_plus_kubelet_delay(zone):
+    lab, bundle, core = zone
+    worker = lab.node(WORKER)
+    name = worker.hostname
+    core.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pinned"}, "spec": {
+        "nodeName": name, "containers": [{"name": "app", "image": "lab.invalid/app:1"}]}}, _request_timeout=T)
+    wait_until("the pinned pod Ready", lambda: is_ready(core.read_namespaced_pod("pinned", "default", _request_timeout=T)), 30)
+    knobs(reboot_delay=REBOOT_DELAY, kubelet_delay=KUBELET_DELAY)
+    c = talos(bundle, WORKER)
+    before = lifecycle.boot_id(c)
+    assert core.read_node(name, _request_timeout=T).status.node_info.boot_id == before == worker.boot_id
+    wait_until("MachineStatus running and ready", lambda: machine_status(c) == {
+        "stage": "running", "status": {"ready": True, "unmetConditions": []}}, 10)
+    boots = worker.boots
+    lifecycle.reboot(c)
+
+    # The kubelet reported the shutdown and ended its pods before the machine went down.
+    worker.wait_for("configured", 30, after_boot=boots)
+    down = ready_condition(core, name)
+    assert (down.status, down.reason, down.message) == ("False", "KubeletNotReady", "node is shutting down")
+    pinned = core.read_namespaced_pod("pinned", "default", _request_timeout=T)
+    assert (pinned.status.phase, pinned.status.reason) == ("Failed", "Terminated") and not is_ready(pinned)
+    assert not any(is_ready(p) for p in pods_on(core, name))
+    booted = next(e["time"] for e in reversed(worker.event_log()) if e["event"] == "booted")
+
+    seen, statuses = [], []
+    while True:  # every 0.2 s: the MachineStatus first (what it says follows the Node), then the Node
+        assert time.time() < booted + 60, f"the Node did not come back: {statuses[-3:]}"
+        try:
+            status = machine_status(c)
+        except TalosError:
+            status = None
+        node = core.read_node(name, _request_timeout=T)
+        statuses.append((time.time(), status and (status["stage"], status["status"]["ready"]), is_ready(node)))
+        if status is not None:
+            seen.append(status)
+            if status["stage"] == "running" and status["status"]["ready"]:
+                assert is_ready(node), "MachineStatus ready before the Node was"
+        if is_ready(node) and status is not None and status["status"]["ready"]:
+            break
+        time.sleep(0.2)
+    first_ready = next(t for t, _, ready in statuses if ready)
+    assert first_ready >= booted + KUBELET_DELAY, f"Ready {first_ready - booted:.1f} s after the boot"
+    assert node.status.node_info.boot_id == worker.boot_id == lifecycle.boot_id(c) != before
+    booting = [s for s in seen if s["stage"] == "booting"]
+    assert booting and {"name": "services", "reason": "kubelet not running"} in booting[0]["status"]["unmetConditions"]
+    waiting = [s for s in seen if s["stage"] == "running" and not s["status"]["ready"]]
+    assert waiting and all(u["name"] == "nodeReady" for s in waiting for u in s["status"]["unmetConditions"]), waiting
+    assert seen[-1] == {"stage": "running", "status": {"ready": True, "unmetConditions": []}}
+    agents = [p for p in pods_on(core, name) if (p.metadata.labels or {}).get("k8s-app") == "cilium"]
+    assert any(is_ready(p) for p in agents)  # a new agent: the DaemonSet replaced the terminated one
+    assert core.read_namespaced_pod("pinned", "default", _request_timeout=T).status.phase == "Failed"  # no controller
+    knobs(reboot_delay=0.2, kubelet_delay=0.5)
+
+
+def test_a_live_cluster_ca_change_restarts_the_kubelet_without_a_reboot(zone):
+    lab, bundle, core = zone
+    worker = lab.node(WORKER)
+    knobs(kubelet_delay=2.0)
+    c = talos(bundle, WORKER)
+    before = kubelet_service(c)
+    assert (before.state, before.health.healthy) == ("Running", True)
+    started = max(e.ts.ToNanoseconds() for e in before.events.events if e.msg.startswith("Started task"))
+    boots = worker.boots
+    docs = list(yaml.safe_load_all(c.machine_config()))
+    new_ca = pki.new_ca(common_name="kubernetes")
+    docs[0]["cluster"]["acceptedCAs"] = [{"crt": base64.b64encode(new_ca.crt).decode()}]
+    assert c.apply_config(yaml.safe_dump_all(docs), mode="no-reboot").mode == "no-reboot"
+
+    during = kubelet_service(c)  # stopped and starting again: no Service resource while it is not Running
+    assert during.state != "Running" and not during.health.healthy
+    assert "kubelet" not in cosi_services(c)
+    assert [e.state for e in during.events.events][-4:] == ["Stopping", "Finished", "Starting", "Waiting"]
+    assert is_ready(core.read_node(worker.hostname, _request_timeout=T))  # a restart does not take the Node down
+
+    def back():
+        s = kubelet_service(c)
+        return s if s.state == "Running" and s.health.healthy else None
+
+    after = wait_until("the kubelet Running and healthy again", back, 10)
+    restarted = max(e.ts.ToNanoseconds() for e in after.events.events if e.msg.startswith("Started task"))
+    assert restarted > started and worker.boots == boots  # a later start, in the same boot
+    assert cosi_services(c)["kubelet"] == {"running": True, "healthy": True, "unknown": False}
+    assert is_ready(core.read_node(worker.hostname, _request_timeout=T))
+    knobs(kubelet_delay=0.5)
