@@ -1,7 +1,10 @@
 """Pod prober: is an addon usable, and if not, which pods are stuck and why.
 
 Healthy means every pod of the addon is Running with its PodReady condition true, or
-Succeeded (a finished one-shot Job such as cert-manager's startupapicheck). A Helm apply
+Succeeded (a finished one-shot Job such as cert-manager's startupapicheck). A pod a disruption
+ended (Failed with DisruptionTarget: a node's graceful shutdown, an eviction) while a ReplicaSet,
+DaemonSet or StatefulSet owns it is not counted: its controller replaces it, and Kubernetes keeps
+the ended pod until pod garbage collection. A Helm apply
 returns long before that, so the gate is a separate, bounded wait (seeds, "Pod health").
 """
 
@@ -62,8 +65,21 @@ def problem(pod: client.V1Pod) -> PodProblem | None:
     return PodProblem(name, phase, pod.status.reason or pod.status.message or "waiting to start")
 
 
+REPLACING = ("ReplicaSet", "DaemonSet", "StatefulSet")
+
+
+def replaced(pod: client.V1Pod) -> bool:
+    """Ended by a disruption, with a controller that replaces it: neither a pod nor a problem."""
+    if pod.status.phase != "Failed":
+        return False
+    disrupted = _condition(pod, "DisruptionTarget")
+    owners = pod.metadata.owner_references or []
+    return disrupted is not None and disrupted.status == "True" and any(o.controller and o.kind in REPLACING for o in owners)
+
+
 def probe(core: client.CoreV1Api, namespace: str, selector: str = "") -> tuple[int, list[PodProblem]]:
     pods = core.list_namespaced_pod(namespace, label_selector=selector, _request_timeout=REQUEST_TIMEOUT).items
+    pods = [p for p in pods if not replaced(p)]
     return len(pods), [p for p in map(problem, pods) if p is not None]
 
 

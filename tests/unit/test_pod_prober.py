@@ -3,7 +3,9 @@
 from kubernetes.client import (V1ContainerState, V1ContainerStateWaiting, V1ContainerStatus, V1ObjectMeta, V1Pod,
                                V1PodCondition, V1PodStatus)
 
-from kontinuum.kube.pods import problem
+from kubernetes.client import V1OwnerReference
+
+from kontinuum.kube.pods import problem, replaced
 
 
 def pod(phase, conditions=(), statuses=(), reason=None):
@@ -36,3 +38,13 @@ def test_unschedulable_pending_carries_the_scheduler_message():
 
 def test_failed_pod_is_a_problem():
     assert problem(pod("Failed", reason="Evicted")).reason == "Evicted"
+
+
+def test_a_pod_a_node_shutdown_ended_is_replaced_by_its_controller_not_stuck():
+    ended = pod("Failed", [cond("DisruptionTarget", "True", reason="TerminationByKubelet")], reason="Terminated")
+    ended.metadata.owner_references = [V1OwnerReference(api_version="apps/v1", kind="ReplicaSet", name="op",
+                                                        uid="u", controller=True)]
+    assert replaced(ended)
+    ended.metadata.owner_references[0].kind = "Job"  # a Job counts its failures: still a problem
+    assert not replaced(ended)
+    assert not replaced(pod("Failed", reason="Error"))  # a crash is not a disruption
