@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes import client
+from kubernetes import config as kconfig
 
 from kontinuum.talos import ca_rotation as cr
 from kontinuum.talos import machineconfig as mc
@@ -26,6 +28,7 @@ from kontinuum.talos.errors import TalosError
 from lab.cluster_manager import ClusterManager
 from lab.process import wait_until
 from lab.talos_node import Lab
+from tests.integration import lab_cni
 
 CP, WORKER = "127.0.48.11", "127.0.48.12"
 ENDPOINT = f"https://{CP}:6443"
@@ -48,6 +51,12 @@ def zone(tools_bin: Path, tmp_path_factory):
             lab.node(a).wait_for("configured", 10)
         talos(bundle.os.crt, bundle.os, CP).bootstrap()
         wait_until("the lab apiserver", lambda: works(bundle.k8s.crt, bundle.k8s), 120)
+        # Nodes turn Ready with a CNI agent on them; the rotation's check waits for every Node Ready.
+        api = kconfig.new_client_from_config_dict(yaml.safe_load(talos(bundle.os.crt, bundle.os, CP).kubeconfig()))
+        wait_until("the apiserver to take the CNI stand-in", lambda: lab_cni.install(api), 120)
+        wait_until("every Node Ready", lambda: not rotate.not_ready_nodes(api.sanitize_for_serialization(
+            client.CoreV1Api(api).list_node(_request_timeout=10))) and len(client.CoreV1Api(api).list_node().items) == 2, 120)
+        api.close()
         yield lab, mgr, bundle
 
 

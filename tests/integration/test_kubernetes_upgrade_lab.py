@@ -23,6 +23,7 @@ from kontinuum.talos.clusterspec import ClusterSpec, PoolSpec
 from lab.cluster_manager import ClusterManager
 from lab.process import wait_until
 from lab.talos_node import Lab
+from tests.integration import lab_cni
 
 T = 10
 CP, WORKER = "127.0.47.9", "127.0.47.10"
@@ -48,12 +49,6 @@ def talos(bundle, address: str) -> TalosClient:
     return TalosClient.from_talosconfig(talosconfig.parse(talosconfig.render("lab", [address], [address], bundle.os.crt, cert)))
 
 
-LABELS = {"app.kubernetes.io/part-of": "cilium", "k8s-app": "cilium"}
-CNI_AGENT = {
-    "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "cilium", "labels": LABELS},
-    "spec": {"selector": {"matchLabels": LABELS}, "template": {"metadata": {"labels": LABELS}, "spec": {
-        "hostNetwork": True, "automountServiceAccountToken": False, "tolerations": [{"operator": "Exists"}],
-        "containers": [{"name": "agent", "image": "quay.io/cilium/cilium:v1.18.4"}]}}}}
 
 
 def mirror_pods(core: client.CoreV1Api) -> dict[str, tuple[str, str, bool]]:
@@ -93,8 +88,7 @@ def test_mirror_pods_and_kubelet_versions_follow_the_config_and_the_rollout_driv
         core = client.CoreV1Api(api)
 
         # Nodes turn Ready once a Cilium agent pod runs on them (lab/kwok): a stand-in DaemonSet.
-        wait_until("the apiserver to take the DaemonSet", lambda: client.AppsV1Api(api).create_namespaced_daemon_set(
-            "kube-system", CNI_AGENT, _request_timeout=T), 120)
+        wait_until("the apiserver to take the DaemonSet", lambda: lab_cni.install(api, T), 120)
 
         # As a kubelet publishes them: one Ready mirror Pod per static pod, on the control plane only.
         want = {c: (CP, f"registry.k8s.io/{c}:v{OLD}", True) for c in COMPONENTS}
