@@ -18,6 +18,7 @@ from google.protobuf import struct_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from lab.talos_node import k8s_resources
+from lab.talos_node import cluster_resources
 from lab.talos_node import manifests as bootstrap
 from protos.gen.v1alpha1 import meta_pb2, resource_pb2
 
@@ -89,6 +90,7 @@ DEFINITIONS = {
         Definition(MACHINE_CONFIG, "MachineConfig", "config", ("machineconfig", "mc"), sensitive=True),
         *(Definition(t, display, k8s_resources.NAMESPACE) for t, display in k8s_resources.DEFINITIONS),
         Definition(SERVICE, "Service", "runtime", ("svc",)),
+        *(Definition(*d) for d in cluster_resources.DEFINITIONS),  # served by cosi_api.py
     )
 }
 NAMESPACES = {
@@ -98,6 +100,7 @@ NAMESPACES = {
     bootstrap.NAMESPACE: "Control plane resources.",
     "config": "Talos node configuration.",
     k8s_resources.NAMESPACE: k8s_resources.NAMESPACE_TEXT,
+    **cluster_resources.NAMESPACES,
 }
 
 
@@ -241,6 +244,7 @@ _OWNERS = {
     MACHINE_CONFIG: "config.AcquireController",
     **k8s_resources.OWNERS,
     SERVICE: "v1alpha1.ServiceController",
+    **cluster_resources.OWNERS,
 }
 
 

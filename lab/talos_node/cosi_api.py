@@ -1,0 +1,64 @@
+"""cosi.resource.State Get and List of an emulated machine: machined's access policy first (a
+sensitive resource type is for os:admin only: PermissionDenied "not authorized", as
+internal/app/resources/access.go answers), then the resources built from the node's cluster and
+secrets (cluster_resources.py) here, every other type by NodeApi (api.py)."""
+
+from __future__ import annotations
+
+import re
+from typing import AsyncIterator
+
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+
+from lab.talos_node import cluster_resources, resources
+from lab.talos_node.api import NodeApi
+from lab.talos_node.call import Call
+from lab.talos_node.node import EmulatedNode
+from protos.gen.v1alpha1 import state_pb2
+
+
+class CosiApi:
+    def __init__(self, node: EmulatedNode) -> None:
+        self.node = node
+
+    def _admit(self, call: Call, rtype: str) -> bool:
+        """Whether this module serves `rtype` here; refuses a sensitive read without os:admin."""
+        definition = resources.DEFINITIONS.get(rtype)
+        if definition is not None and definition.sensitive and "os:admin" not in call.roles \
+                and self.node.mode != "maintenance":
+            raise GRPCError(Status.PERMISSION_DENIED, "not authorized")
+        return rtype in cluster_resources.TYPES and self.node.mode != "maintenance"
+
+    def _resource(self, request, rid: str, spec: dict, proto: bytes):
+        return resources.resource(request.namespace, request.type, rid, spec, proto, self.node.booted_at)
+
+    async def cosi_get(self, call: Call, request) -> state_pb2.GetResponse:
+        if not self._admit(call, request.type):
+            return await NodeApi(self.node).cosi_get(call, request)
+        found = self._specs(request).get(request.id)
+        if found is None:
+            raise GRPCError(
+                Status.NOT_FOUND, f"resource {request.type}({request.namespace}/{request.id}@undefined) doesn't exist"
+            )
+        return state_pb2.GetResponse(resource=self._resource(request, request.id, *found))
+
+    async def cosi_list(self, call: Call, request) -> AsyncIterator[state_pb2.ListResponse]:
+        if not self._admit(call, request.type):
+            async for reply in NodeApi(self.node).cosi_list(call, request):
+                yield reply
+            return
+        items = self._specs(request)
+        pattern = re.compile(request.options.id_query.regexp) if request.options.id_query.regexp else None
+        for rid in sorted(items):
+            if pattern is not None and not pattern.search(rid):
+                continue
+            if any(t.op != t.NOT_EXISTS for q in request.options.label_query for t in q.terms):
+                continue  # these resources carry no labels, so only NOT_EXISTS terms can match
+            yield state_pb2.ListResponse(resource=self._resource(request, rid, *items[rid]))
+
+    def _specs(self, request) -> cluster_resources.Specs:
+        namespace = resources.DEFINITIONS[request.type].namespace
+        if request.namespace != namespace:
+            return {}
+        return cluster_resources.specs(self.node, request.type)
