@@ -84,6 +84,7 @@ DEFINITIONS = {
         Definition(NAMESPACE, "Namespace", "meta", ("namespaces", "ns")),
         Definition(VERSION, "Version", "runtime", ("version", "versions")),
         Definition(MACHINE_STATUS, "MachineStatus", "runtime", ("machinestatus", "machinestatuses")),
+        *(Definition(*d) for d in cluster_resources.DEFINITIONS),  # served by cosi_api.py
         Definition(LINK, "LinkStatus", "network", ("link", "links")),
         Definition(ADDRESS, "AddressStatus", "network", ("address", "addresses")),
         Definition(bootstrap.TYPE, "Manifest", bootstrap.NAMESPACE, ("manifest", "manifests")),
@@ -96,6 +97,7 @@ DEFINITIONS = {
 NAMESPACES = {
     "meta": "Metadata namespace which contains resource definitions and namespaces.",
     "runtime": "Talos runtime resources.",
+    **cluster_resources.NAMESPACES,
     "network": "Networking resources.",
     bootstrap.NAMESPACE: "Control plane resources.",
     "config": "Talos node configuration.",
@@ -238,6 +240,7 @@ def specs(facts: NodeFacts) -> dict[tuple[str, str], dict[str, tuple[dict, bytes
 _OWNERS = {
     VERSION: "",
     MACHINE_STATUS: "runtime.MachineStatusController",
+    **cluster_resources.OWNERS,
     LINK: "network.LinkStatusController",
     ADDRESS: "network.AddressStatusController",
     bootstrap.TYPE: "k8s.ManifestController",
