@@ -37,13 +37,15 @@ OS_ROOT = "OSRootSecrets.secrets.talos.dev"
 K8S_ROOT = "KubernetesRootSecrets.secrets.talos.dev"
 TYPES = (NODENAME, MEMBER, STATIC_POD_STATUS, OS_ROOT, K8S_ROOT)
 
-# (type, display type, namespace, aliases, sensitive): resources.Definition's fields.
+# (type, display type, namespace, aliases, sensitive, print columns): resources.Definition's fields.
 DEFINITIONS = (
-    (NODENAME, "Nodename", "k8s", (), False),
-    (MEMBER, "Member", "cluster", (), False),
-    (STATIC_POD_STATUS, "StaticPodStatus", "k8s", ("podstatus",), False),
-    (OS_ROOT, "OSRootSecret", "secrets", (), True),
-    (K8S_ROOT, "KubernetesRootSecret", "secrets", (), True),
+    (NODENAME, "Nodename", "k8s", (), False, (("Nodename", "{.nodename}"),)),
+    (MEMBER, "Member", "cluster", (), False, (("Hostname", "{.hostname}"), ("Machine Type", "{.machineType}"),
+                                              ("OS", "{.operatingSystem}"), ("Addresses", "{.addresses}"))),
+    (STATIC_POD_STATUS, "StaticPodStatus", "k8s", ("podstatus",), False,
+     (("Ready", '{.conditions[?(@.type=="Ready")].status}'),)),
+    (OS_ROOT, "OSRootSecret", "secrets", (), True, ()),
+    (K8S_ROOT, "KubernetesRootSecret", "secrets", (), True, ()),
 )
 NAMESPACES = {
     "k8s": "Kubernetes all node types resources.",

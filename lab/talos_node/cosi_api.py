@@ -1,12 +1,16 @@
 """cosi.resource.State Get and List of an emulated machine: machined's access policy first (a
 sensitive resource type is for os:admin only: PermissionDenied "not authorized", as
 internal/app/resources/access.go answers), then the resources built from the node's cluster and
-secrets (cluster_resources.py) here, every other type by NodeApi (api.py)."""
+secrets (cluster_resources.py) here, every other type by NodeApi (api.py). A MachineStatus that
+NodeApi serves in YAML only also gets its protobuf form, which Talos's Go clients decode (its
+stage and readiness columns in `talosctl get machinestatus`)."""
 
 from __future__ import annotations
 
 import re
 from typing import AsyncIterator
+
+import yaml
 
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
@@ -15,7 +19,26 @@ from lab.talos_node import cluster_resources, resources
 from lab.talos_node.api import NodeApi
 from lab.talos_node.call import Call
 from lab.talos_node.node import EmulatedNode
-from protos.gen.v1alpha1 import state_pb2
+from protos.gen.definitions import resources_pb2 as defs
+from protos.gen.v1alpha1 import resource_pb2, state_pb2
+
+
+def machine_status_proto(yaml_spec: str) -> bytes:
+    """MachineStatusSpec{stage, status{ready, unmetConditions}} of its YAML form."""
+    spec = yaml.safe_load(yaml_spec) or {}
+    status = spec.get("status") or {}
+    stage = "MACHINE_STAGE_" + str(spec.get("stage") or "unknown").upper().replace(" ", "_")
+    return defs.MachineStatusSpec(
+        stage=defs.RuntimeMachineStage.Value(stage) if stage in defs.RuntimeMachineStage.keys() else 0,
+        status=defs.MachineStatusStatus(ready=bool(status.get("ready")), unmet_conditions=[
+            defs.UnmetCondition(name=c.get("name", ""), reason=c.get("reason", "")) for c in status.get("unmetConditions") or []]),
+    ).SerializeToString()
+
+
+def _with_proto(resource: resource_pb2.Resource) -> resource_pb2.Resource:
+    if resource.metadata.type == resources.MACHINE_STATUS and not resource.spec.proto_spec:
+        resource.spec.proto_spec = machine_status_proto(resource.spec.yaml_spec)
+    return resource
 
 
 class CosiApi:
@@ -35,7 +58,9 @@ class CosiApi:
 
     async def cosi_get(self, call: Call, request) -> state_pb2.GetResponse:
         if not self._admit(call, request.type):
-            return await NodeApi(self.node).cosi_get(call, request)
+            reply = await NodeApi(self.node).cosi_get(call, request)
+            _with_proto(reply.resource)
+            return reply
         found = self._specs(request).get(request.id)
         if found is None:
             raise GRPCError(
@@ -46,6 +71,7 @@ class CosiApi:
     async def cosi_list(self, call: Call, request) -> AsyncIterator[state_pb2.ListResponse]:
         if not self._admit(call, request.type):
             async for reply in NodeApi(self.node).cosi_list(call, request):
+                _with_proto(reply.resource)
                 yield reply
             return
         items = self._specs(request)

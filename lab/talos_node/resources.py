@@ -31,6 +31,7 @@ class Definition:
     namespace: str
     aliases: tuple[str, ...] = ()
     sensitive: bool = False
+    columns: tuple[tuple[str, str], ...] = ()  # (name, JSONPath into the spec): what `talosctl get` prints
 
     @property
     def id(self) -> str:
@@ -54,7 +55,7 @@ class Definition:
             "defaultNamespace": self.namespace,
             "aliases": list(self.aliases),
             "allAliases": self.all_aliases(),
-            "printColumns": [],
+            "printColumns": [{"name": name, "jsonPath": path} for name, path in self.columns],
             "sensitivity": "sensitive" if self.sensitive else "non-sensitive",
         }
 
@@ -65,6 +66,7 @@ class Definition:
             default_namespace=self.namespace,
             aliases=list(self.aliases),
             all_aliases=self.all_aliases(),
+            print_columns=[meta_pb2.ResourceDefinitionSpec.PrintColumn(name=n, json_path=p) for n, p in self.columns],
             sensitivity=1 if self.sensitive else 0,
         ).SerializeToString()
 
@@ -84,7 +86,8 @@ DEFINITIONS = {
         Definition(RD, "ResourceDefinition", "meta", ("resourcedefinitions", "api-resources")),
         Definition(NAMESPACE, "Namespace", "meta", ("namespaces", "ns")),
         Definition(VERSION, "Version", "runtime", ("version", "versions")),
-        Definition(MACHINE_STATUS, "MachineStatus", "runtime", ("machinestatus", "machinestatuses")),
+        Definition(MACHINE_STATUS, "MachineStatus", "runtime", ("machinestatus", "machinestatuses"),
+                   columns=(("Stage", "{.stage}"), ("Ready", "{.status.ready}"))),
         *(Definition(*d) for d in cluster_resources.DEFINITIONS),  # served by cosi_api.py
         Definition(LINK, "LinkStatus", "network", ("link", "links")),
         Definition(ADDRESS, "AddressStatus", "network", ("address", "addresses")),
