@@ -30,6 +30,7 @@ from lab.talos_node import dial, tls
 from lab.talos_node.api import NodeApi
 from lab.talos_node.call import Call
 from lab.talos_node.cosi_api import CosiApi
+from lab.talos_node.cosi_watch import CosiWatchApi
 from lab.talos_node.etcd_status import EtcdStatusApi
 from lab.talos_node.events import EventsApi
 from lab.talos_node.logs import LogsApi
@@ -96,8 +97,10 @@ METHODS = [
     Method("cluster.ClusterService", "HealthCheck", "health_check", cluster_pb2.HealthCheckRequest, cluster_pb2.HealthCheckProgress, READ, UNKNOWN_SERVICE, streaming=True),
     Method("cosi.resource.State", "Get", "cosi.cosi_get", state_pb2.GetRequest, state_pb2.GetResponse, READ, SERVE),
     Method("cosi.resource.State", "List", "cosi.cosi_list", state_pb2.ListRequest, state_pb2.ListResponse, READ, SERVE, streaming=True),
+    Method("cosi.resource.State", "Watch", "cosi_watch.cosi_watch", state_pb2.WatchRequest, state_pb2.WatchResponse, READ, SERVE, streaming=True),
 ]
-_OWNERS = {"upgrades": UpgradeApi, "events": EventsApi, "etcd": EtcdStatusApi, "logs": LogsApi, "cosi": CosiApi}
+_OWNERS = {"upgrades": UpgradeApi, "events": EventsApi, "etcd": EtcdStatusApi, "logs": LogsApi, "cosi": CosiApi,
+           "cosi_watch": CosiWatchApi}
 
 
 def _handler(node: EmulatedNode, method: Method) -> Any:
