@@ -32,6 +32,13 @@ def _event(kind: int, resource: resource_pb2.Resource | None = None,
     return state_pb2.WatchResponse(event=[event])
 
 
+def _tombstone(request) -> resource_pb2.Resource:
+    """What COSI sends for a watched resource that does not exist: its metadata, no spec."""
+    return resource_pb2.Resource(metadata=resource_pb2.Metadata(
+        namespace=request.namespace, type=request.type, id=request.id, version="undefined", phase="running"),
+        spec=resource_pb2.Spec())
+
+
 def _same(a: resource_pb2.Resource, b: resource_pb2.Resource) -> bool:
     return a.metadata.version == b.metadata.version and a.spec.SerializeToString() == b.spec.SerializeToString()
 
@@ -62,9 +69,7 @@ class CosiWatchApi:
         yield state_pb2.WatchResponse()
         if request.HasField("id"):
             found = current.get(request.id)
-            yield _event(_E.CREATED, found) if found is not None else _event(_E.DESTROYED, resource_pb2.Resource(
-                metadata=resource_pb2.Metadata(namespace=request.namespace, type=request.type, id=request.id,
-                                               version="undefined")))
+            yield _event(_E.CREATED, found) if found is not None else _event(_E.DESTROYED, _tombstone(request))
         elif request.options.bootstrap_contents:
             for rid in sorted(current):
                 yield _event(_E.CREATED, current[rid])
