@@ -8,6 +8,11 @@ protobuf form Talos's Go clients decode (protos/definitions), as Talos v1.13.0 b
   control plane, the apiserver port (talosctl health and rotate-ca take the topology from them);
 - StaticPodStatuses.kubernetes.talos.dev (k8s, `kube-system/<component>-<nodename>`): the status
   the kubelet reports for each static pod of a bootstrapped control plane: Running and Ready;
+- APIServerConfigs, ControllerManagerConfigs and SchedulerConfigs (.kubernetes.talos.dev,
+  controlplane, id = component) of a control plane: the image its config names, which talosctl
+  upgrade-k8s watches and reads around each static pod update (the resource version stays 1
+  here: Talos bumps it with each rendered change, which the static pod's
+  talos.dev/config-version then carries);
 - OSRootSecrets.secrets.talos.dev `os` and, on control planes, KubernetesRootSecrets `k8s`
   (secrets): the Talos API CA and the cluster's CAs from the machine config. Both are
   sensitive: only os:admin may read them (machined's COSI access policy: "not authorized").
@@ -35,7 +40,14 @@ MEMBER = "Members.cluster.talos.dev"
 STATIC_POD_STATUS = "StaticPodStatuses.kubernetes.talos.dev"
 OS_ROOT = "OSRootSecrets.secrets.talos.dev"
 K8S_ROOT = "KubernetesRootSecrets.secrets.talos.dev"
-TYPES = (NODENAME, MEMBER, STATIC_POD_STATUS, OS_ROOT, K8S_ROOT)
+APISERVER_CONFIG = "APIServerConfigs.kubernetes.talos.dev"
+CONTROLLER_MANAGER_CONFIG = "ControllerManagerConfigs.kubernetes.talos.dev"
+SCHEDULER_CONFIG = "SchedulerConfigs.kubernetes.talos.dev"
+_COMPONENT_CONFIGS = {APISERVER_CONFIG: ("kube-apiserver", "apiServer"),
+                      CONTROLLER_MANAGER_CONFIG: ("kube-controller-manager", "controllerManager"),
+                      SCHEDULER_CONFIG: ("kube-scheduler", "scheduler")}
+DEFAULT_KUBERNETES_VERSION = "1.36.0"  # Talos v1.13.0's constants.DefaultKubernetesVersion
+TYPES = (NODENAME, MEMBER, STATIC_POD_STATUS, OS_ROOT, K8S_ROOT, *_COMPONENT_CONFIGS)
 
 # (type, display type, namespace, aliases, sensitive, print columns): resources.Definition's fields.
 DEFINITIONS = (
@@ -44,6 +56,9 @@ DEFINITIONS = (
                                               ("OS", "{.operatingSystem}"), ("Addresses", "{.addresses}"))),
     (STATIC_POD_STATUS, "StaticPodStatus", "k8s", ("podstatus",), False,
      (("Ready", '{.conditions[?(@.type=="Ready")].status}'),)),
+    (APISERVER_CONFIG, "APIServerConfig", "controlplane", (), False, ()),
+    (CONTROLLER_MANAGER_CONFIG, "ControllerManagerConfig", "controlplane", (), False, ()),
+    (SCHEDULER_CONFIG, "SchedulerConfig", "controlplane", (), False, ()),
     (OS_ROOT, "OSRootSecret", "secrets", (), True, ()),
     (K8S_ROOT, "KubernetesRootSecret", "secrets", (), True, ()),
 )
@@ -56,6 +71,9 @@ OWNERS = {
     NODENAME: "k8s.NodenameController",
     MEMBER: "cluster.MemberController",
     STATIC_POD_STATUS: "k8s.KubeletStaticPodController",
+    APISERVER_CONFIG: "k8s.ControlPlaneAPIServerController",
+    CONTROLLER_MANAGER_CONFIG: "k8s.ControlPlaneControllerManagerController",
+    SCHEDULER_CONFIG: "k8s.ControlPlaneSchedulerController",
     OS_ROOT: "secrets.RootController",
     K8S_ROOT: "secrets.RootController",
 }
@@ -203,6 +221,24 @@ def k8s_root(node: EmulatedNode) -> Specs:
     return {"k8s": (spec, proto.SerializeToString())}
 
 
+def component_config(node: EmulatedNode, rtype: str) -> Specs:
+    """A control plane component's config as Talos renders it from the machine config (its image)."""
+    config = node.config
+    if config is None or not config.is_control_plane:
+        return {}
+    component, key = _COMPONENT_CONFIGS[rtype]
+    cluster = v1alpha1_document(config.raw).get("cluster") or {}
+    image = str(_get(cluster, key, "image") or f"registry.k8s.io/{component}:v{DEFAULT_KUBERNETES_VERSION}")
+    if rtype == APISERVER_CONFIG:
+        spec = {"image": image, "controlPlaneEndpoint": config.endpoint}
+        proto = defs.APIServerConfigSpec(image=image, control_plane_endpoint=config.endpoint)
+    else:
+        spec = {"enabled": True, "image": image}
+        message = defs.ControllerManagerConfigSpec if rtype == CONTROLLER_MANAGER_CONFIG else defs.SchedulerConfigSpec
+        proto = message(enabled=True, image=image)
+    return {component: (spec, proto.SerializeToString())}
+
+
 _BUILDERS = {NODENAME: nodename, MEMBER: members, STATIC_POD_STATUS: static_pod_statuses, OS_ROOT: os_root,
              K8S_ROOT: k8s_root}
 
@@ -211,4 +247,6 @@ def specs(node: EmulatedNode, rtype: str) -> Specs:
     """The resources of `rtype` a configured machine holds now ({} while it has no config)."""
     if node.config is None or node.mode == "maintenance":
         return {}
+    if rtype in _COMPONENT_CONFIGS:
+        return component_config(node, rtype)
     return _BUILDERS[rtype](node)
