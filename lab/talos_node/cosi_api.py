@@ -3,7 +3,8 @@ sensitive resource type is for os:admin only: PermissionDenied "not authorized",
 internal/app/resources/access.go answers), then the resources built from the node's cluster and
 secrets (cluster_resources.py) here, every other type by NodeApi (api.py). A MachineStatus that
 NodeApi serves in YAML only also gets its protobuf form, which Talos's Go clients decode (its
-stage and readiness columns in `talosctl get machinestatus`)."""
+stage and readiness columns in `talosctl get machinestatus`), and so does the MachineConfig
+(MachineConfigSpec{yaml_marshalled}: talosctl upgrade-k8s patches the config it reads there)."""
 
 from __future__ import annotations
 
@@ -36,8 +37,12 @@ def machine_status_proto(yaml_spec: str) -> bytes:
 
 
 def _with_proto(resource: resource_pb2.Resource) -> resource_pb2.Resource:
-    if resource.metadata.type == resources.MACHINE_STATUS and not resource.spec.proto_spec:
+    if resource.spec.proto_spec:
+        return resource
+    if resource.metadata.type == resources.MACHINE_STATUS:
         resource.spec.proto_spec = machine_status_proto(resource.spec.yaml_spec)
+    elif resource.metadata.type == resources.MACHINE_CONFIG:
+        resource.spec.proto_spec = defs.MachineConfigSpec(yaml_marshalled=resource.spec.yaml_spec.encode()).SerializeToString()
     return resource
 
 
