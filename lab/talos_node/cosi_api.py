@@ -3,8 +3,9 @@ sensitive resource type is for os:admin only: PermissionDenied "not authorized",
 internal/app/resources/access.go answers), then the resources built from the node's cluster and
 secrets (cluster_resources.py) here, every other type by NodeApi (api.py). A MachineStatus that
 NodeApi serves in YAML only also gets its protobuf form, which Talos's Go clients decode (its
-stage and readiness columns in `talosctl get machinestatus`), and so does the MachineConfig
-(MachineConfigSpec{yaml_marshalled}: talosctl upgrade-k8s patches the config it reads there)."""
+stage and readiness columns in `talosctl get machinestatus`), and so do the MachineConfig
+(MachineConfigSpec{yaml_marshalled}: talosctl upgrade-k8s patches the config it reads there) and
+a Service (ServiceSpec: upgrade-k8s and rotate-ca wait for the kubelet's to be healthy)."""
 
 from __future__ import annotations
 
@@ -36,13 +37,27 @@ def machine_status_proto(yaml_spec: str) -> bytes:
     ).SerializeToString()
 
 
+SERVICE = "Services.v1alpha1.talos.dev"
+
+
+def _service_proto(yaml_spec: str) -> bytes:
+    spec = yaml.safe_load(yaml_spec) or {}
+    return defs.ServiceSpec(running=bool(spec.get("running")), healthy=bool(spec.get("healthy")),
+                            unknown=bool(spec.get("unknown"))).SerializeToString()
+
+
+_FROM_YAML = {
+    resources.MACHINE_STATUS: machine_status_proto,
+    resources.MACHINE_CONFIG: lambda text: defs.MachineConfigSpec(yaml_marshalled=text.encode()).SerializeToString(),
+    SERVICE: _service_proto,
+}
+
+
 def _with_proto(resource: resource_pb2.Resource) -> resource_pb2.Resource:
-    if resource.spec.proto_spec:
-        return resource
-    if resource.metadata.type == resources.MACHINE_STATUS:
-        resource.spec.proto_spec = machine_status_proto(resource.spec.yaml_spec)
-    elif resource.metadata.type == resources.MACHINE_CONFIG:
-        resource.spec.proto_spec = defs.MachineConfigSpec(yaml_marshalled=resource.spec.yaml_spec.encode()).SerializeToString()
+    """Fill in the protobuf spec of a resource served in YAML only, where we know its encoding."""
+    encode = _FROM_YAML.get(resource.metadata.type)
+    if encode is not None and not resource.spec.proto_spec:
+        resource.spec.proto_spec = encode(resource.spec.yaml_spec)
     return resource
 
 
