@@ -148,7 +148,7 @@ def test_get_reads_the_day2_resources(zone):
     assert refused.returncode != 0 and "not authorized" in refused.stderr
 
 
-@pytest.mark.xfail(resources.DEFINITIONS.get("KubeletSpecs.kubernetes.talos.dev") is None, strict=True,
+@pytest.mark.xfail("KubeletSpecs.kubernetes.talos.dev" not in resources.DEFINITIONS, strict=True,
                    reason="the KubeletSpec resource comes with the Kubernetes upgrade's k8s resources")
 def test_get_kubeletspec(zone):
     spec = ok(zone, "-n", W1, "get", "kubeletspec", "-o", "yaml")
@@ -209,8 +209,11 @@ def test_rotate_ca_dry_runs_complete_their_checks(zone):
     assert f'worker nodes: ["{W1}" "{W2}"]' in k8s and "no changes were made to the cluster" in k8s, k8s
 
 
-@pytest.mark.xfail(resources.DEFINITIONS.get("KubeletSpecs.kubernetes.talos.dev") is None, strict=True,
-                   reason="its pre-flight reads the StaticPod and KubeletSpec resources of the k8s resources")
+@pytest.mark.xfail(not {"KubeletSpecs.kubernetes.talos.dev", "Services.v1alpha1.talos.dev"} <= set(resources.DEFINITIONS),
+                   strict=True, reason="it reads the KubeletSpec and StaticPod resources (the Kubernetes upgrade's "
+                   "k8s resources) and waits on the kubelet's Service resource (the lab's kubelet service)")
 def test_upgrade_k8s_dry_run_runs_its_checks(zone):
     out = ok(zone, "-n", CP, "upgrade-k8s", "--to", "1.35.5", "--dry-run", timeout=150)
-    assert "discovered controlplane nodes" in out and "skipped in dry-run" in out, out
+    assert f'discovered controlplane nodes ["{CP}"]' in out and f'discovered worker nodes ["{W1}" "{W2}"]' in out, out
+    for step in ('updating "kube-apiserver" to version "1.35.5"', "updating kubelet to version", "skipped in dry-run"):
+        assert step in out, out
