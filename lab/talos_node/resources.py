@@ -18,7 +18,6 @@ from google.protobuf import struct_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from lab.talos_node import k8s_resources
-from lab.talos_node import cluster_resources
 from lab.talos_node import manifests as bootstrap
 from lab.talos_node import cluster_resources  # noqa: I001 (kept apart from other resource families)
 from protos.gen.v1alpha1 import meta_pb2, resource_pb2
@@ -106,7 +105,6 @@ NAMESPACES = {
     bootstrap.NAMESPACE: "Control plane resources.",
     "config": "Talos node configuration.",
     k8s_resources.NAMESPACE: k8s_resources.NAMESPACE_TEXT,
-    **cluster_resources.NAMESPACES,
 }
 
 
