@@ -10,9 +10,9 @@ protobuf form Talos's Go clients decode (protos/definitions), as Talos v1.13.0 b
   the kubelet reports for each static pod of a bootstrapped control plane: Running and Ready;
 - APIServerConfigs, ControllerManagerConfigs and SchedulerConfigs (.kubernetes.talos.dev,
   controlplane, id = component) of a control plane: the image its config names, which talosctl
-  upgrade-k8s watches and reads around each static pod update (the resource version stays 1
-  here: Talos bumps it with each rendered change, which the static pod's
-  talos.dev/config-version then carries);
+  upgrade-k8s watches and reads around each static pod update; its resource version is the
+  component's config version (k8s_resources.config_version), which the static pod's
+  talos.dev/config-version carries, as Talos bumps both with each rendered change;
 - OSRootSecrets.secrets.talos.dev `os` and, on control planes, KubernetesRootSecrets `k8s`
   (secrets): the Talos API CA and the cluster's CAs from the machine config. Both are
   sensitive: only os:admin may read them (machined's COSI access policy: "not authorized").
@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 
 from google.protobuf import struct_pb2
 
+from lab.talos_node import k8s_resources
 from lab.talos_node.machineconfig import v1alpha1_document
 from protos.gen.common import common_pb2
 from protos.gen.definitions import resources_pb2 as defs
@@ -43,10 +44,8 @@ K8S_ROOT = "KubernetesRootSecrets.secrets.talos.dev"
 APISERVER_CONFIG = "APIServerConfigs.kubernetes.talos.dev"
 CONTROLLER_MANAGER_CONFIG = "ControllerManagerConfigs.kubernetes.talos.dev"
 SCHEDULER_CONFIG = "SchedulerConfigs.kubernetes.talos.dev"
-_COMPONENT_CONFIGS = {APISERVER_CONFIG: ("kube-apiserver", "apiServer"),
-                      CONTROLLER_MANAGER_CONFIG: ("kube-controller-manager", "controllerManager"),
-                      SCHEDULER_CONFIG: ("kube-scheduler", "scheduler")}
-DEFAULT_KUBERNETES_VERSION = "1.36.0"  # Talos v1.13.0's constants.DefaultKubernetesVersion
+_COMPONENT_CONFIGS = {APISERVER_CONFIG: ("kube-apiserver",), CONTROLLER_MANAGER_CONFIG: ("kube-controller-manager",),
+                      SCHEDULER_CONFIG: ("kube-scheduler",)}
 TYPES = (NODENAME, MEMBER, STATIC_POD_STATUS, OS_ROOT, K8S_ROOT, *_COMPONENT_CONFIGS)
 
 # (type, display type, namespace, aliases, sensitive, print columns): resources.Definition's fields.
@@ -226,9 +225,8 @@ def component_config(node: EmulatedNode, rtype: str) -> Specs:
     config = node.config
     if config is None or not config.is_control_plane:
         return {}
-    component, key = _COMPONENT_CONFIGS[rtype]
-    cluster = v1alpha1_document(config.raw).get("cluster") or {}
-    image = str(_get(cluster, key, "image") or f"registry.k8s.io/{component}:v{DEFAULT_KUBERNETES_VERSION}")
+    component = _COMPONENT_CONFIGS[rtype][0]
+    image = k8s_resources.image(v1alpha1_document(config.raw), component)  # what its static pod runs
     if rtype == APISERVER_CONFIG:
         spec = {"image": image, "controlPlaneEndpoint": config.endpoint}
         proto = defs.APIServerConfigSpec(image=image, control_plane_endpoint=config.endpoint)
@@ -237,6 +235,14 @@ def component_config(node: EmulatedNode, rtype: str) -> Specs:
         message = defs.ControllerManagerConfigSpec if rtype == CONTROLLER_MANAGER_CONFIG else defs.SchedulerConfigSpec
         proto = message(enabled=True, image=image)
     return {component: (spec, proto.SerializeToString())}
+
+
+def version(node: EmulatedNode, rtype: str) -> str:
+    """The resource version: a component config's config version, else 1 (never changed here)."""
+    if rtype not in _COMPONENT_CONFIGS or node.config is None:
+        return "1"
+    doc = v1alpha1_document(node.config.raw)
+    return str(k8s_resources.config_version(node.address, doc, _COMPONENT_CONFIGS[rtype][0]))
 
 
 _BUILDERS = {NODENAME: nodename, MEMBER: members, STATIC_POD_STATUS: static_pod_statuses, OS_ROOT: os_root,

@@ -74,7 +74,9 @@ class CosiApi:
         return rtype in cluster_resources.TYPES and self.node.mode != "maintenance"
 
     def _resource(self, request, rid: str, spec: dict, proto: bytes):
-        return resources.resource(request.namespace, request.type, rid, spec, proto, self.node.booted_at)
+        found = resources.resource(request.namespace, request.type, rid, spec, proto, self.node.booted_at)
+        found.metadata.version = cluster_resources.version(self.node, request.type)
+        return found
 
     async def cosi_get(self, call: Call, request) -> state_pb2.GetResponse:
         if not self._admit(call, request.type):

@@ -198,3 +198,16 @@ def test_service_logs_and_kernel_lines(cluster):
     assert logs.service_log(cluster.worker, "no-such-service") == []
     line = logs.kernel_log(cluster.cp)[0]
     assert line.startswith("kern:  notice: [") and line.endswith("\n")
+
+
+def test_component_configs_carry_the_image_and_the_static_pods_config_version(cluster):
+    from lab.talos_node import k8s_resources
+    from lab.talos_node.machineconfig import v1alpha1_document
+
+    (spec, proto), = cluster_resources.specs(cluster.cp, cluster_resources.APISERVER_CONFIG).values()
+    assert defs.APIServerConfigSpec.FromString(proto).image == spec["image"] == \
+        k8s_resources.image(v1alpha1_document(cluster.cp.config.raw), "kube-apiserver")
+    pod = k8s_resources.static_pod(v1alpha1_document(cluster.cp.config.raw), "kube-apiserver", address=CP)
+    assert cluster_resources.version(cluster.cp, cluster_resources.APISERVER_CONFIG) == \
+        pod["metadata"]["annotations"][k8s_resources.CONFIG_VERSION]
+    assert cluster_resources.specs(cluster.worker, cluster_resources.SCHEDULER_CONFIG) == {}
