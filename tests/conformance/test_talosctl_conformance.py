@@ -210,8 +210,8 @@ def test_rotate_ca_dry_runs_complete_their_checks(zone):
 
 
 @pytest.mark.xfail(not {"KubeletSpecs.kubernetes.talos.dev", "Services.v1alpha1.talos.dev"} <= set(resources.DEFINITIONS),
-                   strict=True, reason="it reads the KubeletSpec and StaticPod resources (the Kubernetes upgrade's "
-                   "k8s resources) and waits on the kubelet's Service resource (the lab's kubelet service)")
+                   strict=True, reason="its kubelet step waits on the kubelet's Service resource (runtime namespace), "
+                   "which comes with the lab's kubelet service")
 def test_upgrade_k8s_dry_run_runs_its_checks(zone):
     out = ok(zone, "-n", CP, "upgrade-k8s", "--to", "1.35.5", "--dry-run", timeout=150)
     assert f'discovered controlplane nodes ["{CP}"]' in out and f'discovered worker nodes ["{W1}" "{W2}"]' in out, out
