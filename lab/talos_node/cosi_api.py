@@ -37,9 +37,6 @@ def machine_status_proto(yaml_spec: str) -> bytes:
     ).SerializeToString()
 
 
-SERVICE = "Services.v1alpha1.talos.dev"
-
-
 def _service_proto(yaml_spec: str) -> bytes:
     spec = yaml.safe_load(yaml_spec) or {}
     return defs.ServiceSpec(running=bool(spec.get("running")), healthy=bool(spec.get("healthy")),
@@ -49,7 +46,7 @@ def _service_proto(yaml_spec: str) -> bytes:
 _FROM_YAML = {
     resources.MACHINE_STATUS: machine_status_proto,
     resources.MACHINE_CONFIG: lambda text: defs.MachineConfigSpec(yaml_marshalled=text.encode()).SerializeToString(),
-    SERVICE: _service_proto,
+    resources.SERVICE: _service_proto,
 }
 
 

@@ -12,8 +12,8 @@ it as on a real node (failure-facts §2).
 - A Reboot request publishes its sequence start under the request's actor ID before the reply
   goes out, as machined does, so a tracker that watches that actor reconnects on it.
 
-The machine's status comes from one function (machine_status): the stage from the node's mode,
-ready in every stage but booting.
+The stage and readiness come from the lab's MachineStatus (machine_status.py), as the COSI
+resource shows them; each change is an event.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from typing import AsyncIterator
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
-from lab.talos_node import etcd_service
+from lab.talos_node import machine_status as machine_stage
+from lab.talos_node import services as machine_services
 from lab.talos_node.call import Call
 from lab.talos_node.event_stream import EventBuffer, hello
 from lab.talos_node.node import EmulatedNode
@@ -40,30 +41,15 @@ _streams: weakref.WeakKeyDictionary[EmulatedNode, MachineEvents] = weakref.WeakK
 
 
 def machine_status(node: EmulatedNode) -> tuple[str, bool, list[dict]]:
-    """(stage, ready, unmetConditions) as Talos's MachineStatus names them. The stage follows the
-    node's mode; readiness checks run only while booting and running (Talos), and a node that
-    answers while configured has passed them here."""
-    if node.mode == "maintenance":
-        return "maintenance", True, []
-    if node.mode in ("rebooting", "off", "crashed"):
-        return "rebooting", True, []
-    if node.mode == "booting" or node.config is None:
-        return "booting", False, [{"name": "services", "reason": "kubelet not running"}]
-    return "running", True, []
+    """(stage, ready, unmetConditions): the machine's MachineStatus, as its COSI resource shows it."""
+    return machine_stage.status(node)
 
 
 def services(node: EmulatedNode) -> list[tuple[str, str, bool]]:
     """(id, state, healthy) of the services a configured machine runs, as ServiceList shows them."""
-    config = node.config
-    if config is None or node.mode != "configured":
+    if node.config is None or node.mode != "configured":
         return []
-    out = [(s, "Running", True) for s in ("apid", "containerd", "cri", "kubelet", "machined", "udevd")]
-    if config.is_control_plane:
-        out.append(("trustd", "Running", True))
-        state = node.registry.state(config.cluster_key)
-        etcd = etcd_service.service(state.standing(node.address), bootstrapped=node.registry.has_quorum(config.cluster_key))
-        out.append(("etcd", etcd.state, etcd.healthy))
-    return sorted(out)
+    return [(s.id, s.state, s.healthy) for s in machine_services.of(node)]
 
 
 def _status_event(status: tuple[str, bool, list[dict]]) -> _M.MachineStatusEvent:
@@ -106,7 +92,9 @@ class MachineEvents:
         pub(_SEQ(sequence="initialize", action=_SEQ.STOP), at=at)
         if node.mode == "maintenance":
             return
-        pub(_status_event(("booting", False, [{"name": "services", "reason": "kubelet not running"}])), at=at)
+        booting = ("booting", False, [{"name": "services", "reason": "kubelet not running"}])
+        pub(_status_event(booting), at=at)
+        self._status = ("booting", False, (("services", "kubelet not running"),))
         pub(_SEQ(sequence="boot", action=_SEQ.START), at=at)
         pub(_PHASE(phase="startEverything", action=_PHASE.START), at=at)
         pub(_TASK(task="startAllServices", action=_TASK.START), at=at)

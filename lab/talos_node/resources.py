@@ -94,7 +94,6 @@ DEFINITIONS = {
         Definition(MACHINE_CONFIG, "MachineConfig", "config", ("machineconfig", "mc"), sensitive=True),
         *(Definition(t, display, k8s_resources.NAMESPACE) for t, display in k8s_resources.DEFINITIONS),
         Definition(SERVICE, "Service", "runtime", ("svc",)),
-        *(Definition(*d) for d in cluster_resources.DEFINITIONS),  # served by cosi_api.py
     )
 }
 NAMESPACES = {
@@ -249,7 +248,6 @@ _OWNERS = {
     MACHINE_CONFIG: "config.AcquireController",
     **k8s_resources.OWNERS,
     SERVICE: "v1alpha1.ServiceController",
-    **cluster_resources.OWNERS,
 }
 
 

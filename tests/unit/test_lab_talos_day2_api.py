@@ -94,7 +94,15 @@ def payloads(stream: events.MachineEvents) -> list:
     return [e.payload for e in stream.buffer.since(0)]
 
 
-def test_a_boot_replays_its_sequences_services_and_status_then_a_reboot_starts_the_reboot_sequence(cluster):
+@pytest.fixture
+def running(monkeypatch):
+    """The lab's MachineStatus and services (machine_status.py, services.py, tested on their own):
+    running and ready, every service up."""
+    monkeypatch.setattr(events, "machine_status", lambda node: ("running", True, []))
+    monkeypatch.setattr(events, "services", lambda node: [(s, "Running", True) for s in ("apid", "etcd", "kubelet")])
+
+
+def test_a_boot_replays_its_sequences_services_and_status_then_a_reboot_starts_the_reboot_sequence(cluster, running):
     node = cluster.cp
     node.events = [{"event": "reboot"}, {"event": "booted"}]  # the reboot that led to this boot is history
     stream = events.MachineEvents()
@@ -123,7 +131,7 @@ def test_a_boot_replays_its_sequences_services_and_status_then_a_reboot_starts_t
     node.boot_id = "boot-1"
 
 
-def test_the_reboot_sequence_is_published_once_under_the_requests_actor(cluster):
+def test_the_reboot_sequence_is_published_once_under_the_requests_actor(cluster, running):
     node = cluster.worker
     stream = events.MachineEvents()
     stream.sync(node)
@@ -135,15 +143,18 @@ def test_the_reboot_sequence_is_published_once_under_the_requests_actor(cluster)
     node.events.clear()
 
 
-def test_machine_status_follows_the_mode():
-    node = SimpleNamespace(mode="maintenance", config=None)
-    assert events.machine_status(node) == ("maintenance", True, [])
-    node.mode = "rebooting"
-    assert events.machine_status(node)[:2] == ("rebooting", True)
-    node.mode, node.config = "booting", object()
-    assert events.machine_status(node)[:2] == ("booting", False)
-    node.mode = "configured"
-    assert events.machine_status(node) == ("running", True, [])
+def test_a_status_change_is_published_once(cluster, monkeypatch):
+    now = ["booting", False, [{"name": "services", "reason": "kubelet not running"}]]
+    monkeypatch.setattr(events, "machine_status", lambda node: tuple(now))
+    monkeypatch.setattr(events, "services", lambda node: [])
+    stream = events.MachineEvents()
+    stream.sync(cluster.worker)
+    now[:] = ["running", True, []]
+    stream.sync(cluster.worker)
+    stream.sync(cluster.worker)
+    statuses = [(p.stage, p.status.ready, [c.name for c in p.status.unmet_conditions]) for p in payloads(stream)
+                if isinstance(p, machine_pb2.MachineStatusEvent)]
+    assert statuses[-2:] == [(events.STAGES["booting"], False, ["services"]), (events.STAGES["running"], True, [])]
 
 
 # --- COSI resources ---------------------------------------------------------------------------------
