@@ -25,7 +25,7 @@ from kontinuum.talos.client import TalosClient
 from kontinuum.talos.clusterspec import ClusterSpec, PoolSpec
 from lab.cluster_manager import ClusterManager
 from lab.process import wait_until
-from lab.talos_node import Lab, resources
+from lab.talos_node import Lab
 
 CP, W1, W2 = "127.0.65.1", "127.0.65.2", "127.0.65.3"
 T = 10  # seconds per Kubernetes request
@@ -148,8 +148,6 @@ def test_get_reads_the_day2_resources(zone):
     assert refused.returncode != 0 and "not authorized" in refused.stderr
 
 
-@pytest.mark.xfail("KubeletSpecs.kubernetes.talos.dev" not in resources.DEFINITIONS, strict=True,
-                   reason="the KubeletSpec resource comes with the Kubernetes upgrade's k8s resources")
 def test_get_kubeletspec(zone):
     spec = ok(zone, "-n", W1, "get", "kubeletspec", "-o", "yaml")
     assert f"--hostname-override={zone.lab.node(W1).hostname}" in spec
@@ -209,9 +207,6 @@ def test_rotate_ca_dry_runs_complete_their_checks(zone):
     assert f'worker nodes: ["{W1}" "{W2}"]' in k8s and "no changes were made to the cluster" in k8s, k8s
 
 
-@pytest.mark.xfail(not {"KubeletSpecs.kubernetes.talos.dev", "Services.v1alpha1.talos.dev"} <= set(resources.DEFINITIONS),
-                   strict=True, reason="its kubelet step waits on the kubelet's Service resource (runtime namespace), "
-                   "which comes with the lab's kubelet service")
 def test_upgrade_k8s_dry_run_runs_its_checks(zone):
     out = ok(zone, "-n", CP, "upgrade-k8s", "--to", "1.35.5", "--dry-run", timeout=150)
     assert f'discovered controlplane nodes ["{CP}"]' in out and f'discovered worker nodes ["{W1}" "{W2}"]' in out, out
