@@ -17,9 +17,8 @@ import yaml
 from google.protobuf import struct_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from lab.talos_node import k8s_resources
+from lab.talos_node import cluster_resources, k8s_resources
 from lab.talos_node import manifests as bootstrap
-from lab.talos_node import cluster_resources  # noqa: I001 (kept apart from other resource families)
 from protos.gen.v1alpha1 import meta_pb2, resource_pb2
 
 
