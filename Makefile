@@ -20,7 +20,7 @@ venv: $(VENV)/.installed
 
 # Tools by need (README, "Tools"): a region's pipeline builds only the product's (engine, language
 # host, Kubernetes provider, Talos validator); the lab adds its control planes, kwok, Pebble and
-# cert-manager; the tests add the S3 server and the Flux Operator.
+# cert-manager; the tests add the S3 server, the Flux Operator and talosctl.
 tools:
 	tools/install.sh all
 

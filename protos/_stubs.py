@@ -29,7 +29,7 @@ import grpclib
 ROOT = Path(__file__).resolve().parent
 GEN = ROOT / "gen"
 STAMP = GEN / ".stamp"
-PACKAGES = ("common", "machine", "cluster", "v1alpha1")
+PACKAGES = ("common", "machine", "cluster", "v1alpha1", "definitions")
 _PKG = "|".join(PACKAGES)
 _FROM_RE = re.compile(rf"^from ({_PKG})([. ])", re.MULTILINE)
 _IMPORT_RE = re.compile(rf"^import ({_PKG})\.(\w+)$", re.MULTILINE)

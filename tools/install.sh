@@ -58,6 +58,8 @@ version_of() {
       esac ;;
     kontinuum-talos-validate|kontinuum-plugin-guard) "$2" --version 2>/dev/null ;;
     etcd) "$2" --version 2>/dev/null | sed -n 's/^etcd Version: /v/p' ;;
+    # `talosctl version --client --short` prints "Client:" then "Talos <tag>".
+    talosctl) "$2" version --client --short 2>/dev/null | sed -n 's/^Talos \(v[^ ]*\)$/\1/p' ;;
     etcdutl) "$2" version 2>/dev/null | sed -n 's/^etcdutl version: /v/p' ;;
     kube-*) "$2" --version 2>/dev/null | awk '{print $2}' ;;
     kwok) "$2" --version 2>/dev/null | sed -n 's/.*kwok version \(v[^ ]*\).*/\1/p' ;;
@@ -274,11 +276,28 @@ build_flux_operator() ( # a subshell: its EXIT trap cleans up and cannot fire la
     -ldflags "-s -w -X main.VERSION=$FLUX_OPERATOR_VERSION" -o "$1/flux-operator" ./cmd/operator)
 )
 
+build_talosctl() ( # a subshell: its EXIT trap cleans up and cannot fire later
+  # Built as the main module from a writable copy of the Talos module. Its go.mod replaces the
+  # nested pkg/machinery module by a path the module zip leaves out (the published module of the
+  # same version is used) and containerd by a fork the module proxy refuses to serve (the
+  # required upstream release is used; the fork only trims dead code from machined).
+  local mod="github.com/siderolabs/talos" src work
+  src=$(go mod download -json "$mod@$TALOSCTL_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+  work=$(mktemp -d); trap 'chmod -R u+w "$work"; rm -rf "$work"' EXIT
+  cp -r "$src/go.mod" "$src/go.sum" "$src/cmd" "$src/internal" "$src/pkg" "$work"; chmod -R u+w "$work"
+  (cd "$work" && go mod edit -dropreplace github.com/siderolabs/talos/pkg/machinery \
+    -dropreplace github.com/containerd/containerd/v2) || return 1
+  # Upstream's release flags (Makefile: GO_BUILDTAGS_TALOSCTL, -s -w); the version comes from
+  # the machinery module's embedded tag.
+  (cd "$work" && CGO_ENABLED=0 GOWORK=off go build -trimpath -tags grpcnotrace -ldflags "-s -w" -o "$1/talosctl" ./cmd/talosctl)
+)
+
 # What each job needs (README, "Tools"): a region's pipeline runs only the product; the lab adds
-# the control plane, kwok, Pebble and cert-manager; the tests add the S3 server and the Flux Operator.
+# the control plane, kwok, Pebble and cert-manager; the tests add the S3 server, the Flux Operator and
+# talosctl.
 product_tools="kontinuum-plugin-guard pulumi pulumi-language-python pulumi-resource-kubernetes kontinuum-talos-validate"
 lab_tools="$product_tools etcd etcdutl kube-apiserver kube-controller-manager kube-scheduler kwok pebble pebble-challtestsrv cert-manager-controller cert-manager-webhook"
-all_tools="$lab_tools weed flux-operator"
+all_tools="$lab_tools weed flux-operator talosctl"
 
 # provide_tool NAME: provide one tool at its pin with its builder.
 provide_tool() {
@@ -296,6 +315,7 @@ provide_tool() {
     cert-manager-*) component=$1 provide "$1" "$CERT_MANAGER_VERSION" build_cert_manager_pair ;;
     weed) provide weed "$SEAWEEDFS_VERSION" build_weed ;;
     flux-operator) provide flux-operator "$FLUX_OPERATOR_VERSION" build_flux_operator ;;
+    talosctl) provide talosctl "$TALOSCTL_VERSION" build_talosctl ;;
   esac
 }
 
@@ -317,7 +337,7 @@ want() { [[ $wanted == *" $1 "* ]]; }
 # at a time (2): one Go build alone leaves a core idle while it links or waits on a download. A
 # failed unit stops only itself: the others finish and stay cached, and the run then fails naming it.
 units=(
-  "pulumi-resource-kubernetes" "kube-apiserver kube-controller-manager kube-scheduler" "pulumi" "weed"
+  "pulumi-resource-kubernetes" "kube-apiserver kube-controller-manager kube-scheduler" "pulumi" "talosctl" "weed"
   "cert-manager-controller cert-manager-webhook" "flux-operator" "kwok" "etcd etcdutl"
   "kontinuum-talos-validate" "pulumi-language-python" "pebble pebble-challtestsrv" "kontinuum-plugin-guard"
 )

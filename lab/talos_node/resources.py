@@ -17,7 +17,7 @@ import yaml
 from google.protobuf import struct_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from lab.talos_node import k8s_resources
+from lab.talos_node import cluster_resources, k8s_resources
 from lab.talos_node import manifests as bootstrap
 from protos.gen.v1alpha1 import meta_pb2, resource_pb2
 
@@ -29,6 +29,7 @@ class Definition:
     namespace: str
     aliases: tuple[str, ...] = ()
     sensitive: bool = False
+    columns: tuple[tuple[str, str], ...] = ()  # (name, JSONPath into the spec): what `talosctl get` prints
 
     @property
     def id(self) -> str:
@@ -52,7 +53,7 @@ class Definition:
             "defaultNamespace": self.namespace,
             "aliases": list(self.aliases),
             "allAliases": self.all_aliases(),
-            "printColumns": [],
+            "printColumns": [{"name": name, "jsonPath": path} for name, path in self.columns],
             "sensitivity": "sensitive" if self.sensitive else "non-sensitive",
         }
 
@@ -63,6 +64,7 @@ class Definition:
             default_namespace=self.namespace,
             aliases=list(self.aliases),
             all_aliases=self.all_aliases(),
+            print_columns=[meta_pb2.ResourceDefinitionSpec.PrintColumn(name=n, json_path=p) for n, p in self.columns],
             sensitivity=1 if self.sensitive else 0,
         ).SerializeToString()
 
@@ -82,7 +84,9 @@ DEFINITIONS = {
         Definition(RD, "ResourceDefinition", "meta", ("resourcedefinitions", "api-resources")),
         Definition(NAMESPACE, "Namespace", "meta", ("namespaces", "ns")),
         Definition(VERSION, "Version", "runtime", ("version", "versions")),
-        Definition(MACHINE_STATUS, "MachineStatus", "runtime", ("machinestatus", "machinestatuses")),
+        Definition(MACHINE_STATUS, "MachineStatus", "runtime", ("machinestatus", "machinestatuses"),
+                   columns=(("Stage", "{.stage}"), ("Ready", "{.status.ready}"))),
+        *(Definition(*d) for d in cluster_resources.DEFINITIONS),  # served by cosi_api.py
         Definition(LINK, "LinkStatus", "network", ("link", "links")),
         Definition(ADDRESS, "AddressStatus", "network", ("address", "addresses")),
         Definition(bootstrap.TYPE, "Manifest", bootstrap.NAMESPACE, ("manifest", "manifests")),
@@ -94,6 +98,7 @@ DEFINITIONS = {
 NAMESPACES = {
     "meta": "Metadata namespace which contains resource definitions and namespaces.",
     "runtime": "Talos runtime resources.",
+    **cluster_resources.NAMESPACES,
     "network": "Networking resources.",
     bootstrap.NAMESPACE: "Control plane resources.",
     "config": "Talos node configuration.",
@@ -235,6 +240,7 @@ def specs(facts: NodeFacts) -> dict[tuple[str, str], dict[str, tuple[dict, bytes
 _OWNERS = {
     VERSION: "",
     MACHINE_STATUS: "runtime.MachineStatusController",
+    **cluster_resources.OWNERS,
     LINK: "network.LinkStatusController",
     ADDRESS: "network.AddressStatusController",
     bootstrap.TYPE: "k8s.ManifestController",

@@ -29,6 +29,11 @@ from grpclib.exceptions import GRPCError
 from lab.talos_node import dial, tls
 from lab.talos_node.api import NodeApi
 from lab.talos_node.call import Call
+from lab.talos_node.cosi_api import CosiApi
+from lab.talos_node.cosi_watch import CosiWatchApi
+from lab.talos_node.etcd_status import EtcdStatusApi
+from lab.talos_node.events import EventsApi
+from lab.talos_node.logs import LogsApi
 from lab.talos_node.node import EmulatedNode
 from lab.talos_node.upgrade import UpgradeApi
 from protos.gen.cluster import cluster_pb2
@@ -48,7 +53,7 @@ SERVE, ADMIN_ONLY, NOT_IMPLEMENTED, UNKNOWN_SERVICE = "serve", "admin-only", "no
 class Method:
     service: str
     name: str
-    handler: str  # a NodeApi method, or `upgrades.<UpgradeApi method>`
+    handler: str  # a NodeApi method, or `<owner>.<method>` of an API in _OWNERS
     request: type
     reply: type
     roles: frozenset[str]
@@ -81,19 +86,27 @@ METHODS = [
     Method("machine.MachineService", "Upgrade", "upgrade", _M.UpgradeRequest, _M.UpgradeResponse, ADMIN, ADMIN_ONLY),
     Method("machine.MachineService", "Version", "version", empty_pb2.Empty, _M.VersionResponse, READ, ADMIN_ONLY),
     Method("machine.MachineService", "Read", "upgrades.read", _M.ReadRequest, common_pb2.Data, ADMIN, NOT_IMPLEMENTED, streaming=True),
-    Method("machine.MachineService", "Reboot", "upgrades.reboot", _M.RebootRequest, _M.RebootResponse, ADMIN | {"os:operator"}, NOT_IMPLEMENTED),
+    Method("machine.MachineService", "Reboot", "events.reboot", _M.RebootRequest, _M.RebootResponse, ADMIN | {"os:operator"}, NOT_IMPLEMENTED),
+    Method("machine.MachineService", "Events", "events.events", _M.EventsRequest, _M.Event, READ, NOT_IMPLEMENTED, streaming=True),
+    Method("machine.MachineService", "EtcdStatus", "etcd.etcd_status", empty_pb2.Empty, _M.EtcdStatusResponse, READ | {"os:etcd:backup"}, NOT_IMPLEMENTED),
+    Method("machine.MachineService", "EtcdAlarmList", "etcd.etcd_alarm_list", empty_pb2.Empty, _M.EtcdAlarmListResponse, READ | {"os:etcd:backup"}, NOT_IMPLEMENTED),
+    Method("machine.MachineService", "Logs", "logs.logs", _M.LogsRequest, common_pb2.Data, READ, NOT_IMPLEMENTED, streaming=True),
+    Method("machine.MachineService", "Dmesg", "logs.dmesg", _M.DmesgRequest, common_pb2.Data, READ, NOT_IMPLEMENTED, streaming=True),
     Method("machine.ImageService", "Pull", "upgrades.image_pull", image_pb2.ImageServicePullRequest, image_pb2.ImageServicePullResponse, ADMIN | {"os:operator"}, UNKNOWN_SERVICE, streaming=True),
     Method("machine.LifecycleService", "Upgrade", "upgrades.lifecycle_upgrade", lifecycle_pb2.LifecycleServiceUpgradeRequest, lifecycle_pb2.LifecycleServiceUpgradeResponse, ADMIN, UNKNOWN_SERVICE, streaming=True),
     Method("cluster.ClusterService", "HealthCheck", "health_check", cluster_pb2.HealthCheckRequest, cluster_pb2.HealthCheckProgress, READ, UNKNOWN_SERVICE, streaming=True),
-    Method("cosi.resource.State", "Get", "cosi_get", state_pb2.GetRequest, state_pb2.GetResponse, READ, SERVE),
-    Method("cosi.resource.State", "List", "cosi_list", state_pb2.ListRequest, state_pb2.ListResponse, READ, SERVE, streaming=True),
+    Method("cosi.resource.State", "Get", "cosi.cosi_get", state_pb2.GetRequest, state_pb2.GetResponse, READ, SERVE),
+    Method("cosi.resource.State", "List", "cosi.cosi_list", state_pb2.ListRequest, state_pb2.ListResponse, READ, SERVE, streaming=True),
+    Method("cosi.resource.State", "Watch", "cosi_watch.cosi_watch", state_pb2.WatchRequest, state_pb2.WatchResponse, READ, SERVE, streaming=True),
 ]
+_OWNERS = {"upgrades": UpgradeApi, "events": EventsApi, "etcd": EtcdStatusApi, "logs": LogsApi, "cosi": CosiApi,
+           "cosi_watch": CosiWatchApi}
 
 
 def _handler(node: EmulatedNode, method: Method) -> Any:
-    """The bound handler: a NodeApi method, or an UpgradeApi one (`upgrades.x`), on `node`."""
+    """The bound handler on `node`: a NodeApi method, or one of an API in _OWNERS (`owner.x`)."""
     owner, _, name = method.handler.rpartition(".")
-    return getattr(UpgradeApi(node) if owner == "upgrades" else NodeApi(node), name)
+    return getattr(_OWNERS[owner](node) if owner else NodeApi(node), name)
 
 
 def _peer_certificate(stream: Any) -> bytes | None:

@@ -513,10 +513,10 @@ def test_a_method_the_emulator_does_not_serve_answers_grpc_unimplemented(lab):
     node = lab.add_node()
 
     async def body(channel, md, t):
-        async with channel.request("/machine.MachineService/EtcdStatus", Cardinality.UNARY_UNARY, empty_pb2.Empty,
+        async with channel.request("/machine.MachineService/Containers", Cardinality.UNARY_UNARY, empty_pb2.Empty,
                                    empty_pb2.Empty, timeout=t, metadata=md) as stream:
             await stream.send_message(empty_pb2.Empty(), end=True)
             await stream.recv_message()
 
-    with pytest.raises(WrongModeError, match="unknown method EtcdStatus for service machine.MachineService"):
-        TalosClient.maintenance(node.address)._run("etcd-status", 5.0, body)
+    with pytest.raises(WrongModeError, match="unknown method Containers for service machine.MachineService"):
+        TalosClient.maintenance(node.address)._run("containers", 5.0, body)

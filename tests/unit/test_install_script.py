@@ -36,6 +36,7 @@ TOOLS = {
     "cert-manager-controller": PINS["CERT_MANAGER_VERSION"],
     "cert-manager-webhook": PINS["CERT_MANAGER_VERSION"],
     "flux-operator": PINS["FLUX_OPERATOR_VERSION"],
+    "talosctl": PINS["TALOSCTL_VERSION"],
 }
 
 # A stand-in builder: leaves a binary that reports its version the way the real one does.
@@ -51,6 +52,7 @@ case $name in
   kube-*) body="echo 'Kubernetes $version'" ;;
   kwok) body="echo 'kwok version $version go1.26'" ;;
   weed) body="echo 'version 30GB 4.53 $version linux amd64'" ;;
+  talosctl) body="printf 'Client:\\nTalos %s\\n' $version" ;;
   *) body="exit 0" ;;
 esac
 printf '#!/bin/sh\n%s\n' "$body" >"$out/$name"
@@ -260,3 +262,20 @@ def test_the_tool_directory_follows_the_guards_source(machine, tmp_path):
     with open(copy / "plugin-guard" / "main.go", "a") as f:
         f.write("// changed\n")
     assert bin_of(copy / "install.sh") != bin_of(INSTALL)
+
+
+def test_talosctl_on_path_is_used_only_at_the_pinned_tag(machine):
+    """The conformance client must be Talos's CLI of the pinned release, never the user's other one."""
+    pinned = PINS["TALOSCTL_VERSION"]
+    good = machine.on_path("talosctl", f"printf 'Client:\\nTalos {pinned}\\n'")
+    out = machine.run("talosctl")
+    assert out.returncode == 0, out.stderr
+    assert machine.built() == [] and (machine.bin() / "talosctl").resolve() == good
+
+    other = machine.on_path("talosctl", "printf 'Client:\\nTalos v1.12.4\\n'")
+    (machine.bin() / "talosctl").unlink()
+    out = machine.run("talosctl")
+    assert out.returncode == 0, out.stderr
+    assert machine.built() == ["talosctl"]
+    assert f"not using {other} (it reports 'v1.12.4')" in out.stderr
+    assert (machine.bin() / "talosctl").resolve() == machine.cache / "talosctl" / pinned / "talosctl"
