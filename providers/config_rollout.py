@@ -90,7 +90,7 @@ def preview_plan(olds: dict, news: dict) -> list[str]:
         steps = config_rollout.plan(gate, nodes, news["configs"], ASK_TIMEOUT)
     except (config_rollout.NodeUnansweredError, TalosError) as e:
         return [f"{UNKNOWN}: {e}"]
-    return config_rollout.describe(steps, news["maxUnavailable"])
+    return config_rollout.describe(steps, int(news["maxUnavailable"]))
 
 
 def diff_config_rollout(olds: dict, news: dict) -> DiffResult:
@@ -108,10 +108,10 @@ def roll(props: dict) -> dict:
 
     nodes, gate = _context(props)
     steps = config_rollout.plan(gate, nodes, props["configs"], ASK_TIMEOUT)
-    plan = config_rollout.describe(steps, props["maxUnavailable"])
+    plan = config_rollout.describe(steps, int(props["maxUnavailable"]))
     info(f"ConfigRollout {props['zone']}: " + "; ".join(plan))
     settings = config_rollout.Settings(
-        max_unavailable=props["maxUnavailable"], drain=bool(props["drain"]),
+        max_unavailable=int(props["maxUnavailable"]), drain=bool(props["drain"]),
         drain_control_planes=bool(props["drainControlPlanes"]), timeout=float(props["timeout"]),
         health_timeout=float(props["healthTimeout"]), drain_timeout=min(DRAIN_TIMEOUT, float(props["timeout"]) / 2))
     config_rollout.roll(config_rollout.Context(gate=gate, log=info), settings, steps, props["configs"])

@@ -201,3 +201,8 @@ def test_talos_refusing_a_live_apply_is_told_apart_and_its_diff_with_secrets_is_
     assert isinstance(refused, NeedsRebootError) and "c2VjcmV0" not in str(refused) and "rollout" in str(refused)
     invalid = from_status("10.0.0.1", "apply-config", Status.INVALID_ARGUMENT, "1 error occurred: bad cluster name")
     assert type(invalid) is InvalidMachineConfigError and "bad cluster name" in str(invalid)
+
+
+def test_the_engine_hands_numbers_as_floats_and_the_plan_still_counts_nodes():
+    steps = [cr.Step(n, cr.REBOOT) for n in W]
+    assert cr.describe(steps, int(2.0))[0] == "wave 1: reboot w-1 (10.0.1.1), w-2 (10.0.1.2)"
