@@ -81,7 +81,10 @@ class NodeSync:
                 log.info("cluster %s: Node %s (%s) is down; no kubelet renews it now", self.name, name, address)
         for machine in machines:  # what each machine learns of its Node (its MachineStatus nodeReady)
             node = nodes.get(machine.hostname)
-            machine.node_ready = written.get(machine.hostname, _ready(node) if node is not None else None)
+            ready = written.get(machine.hostname, _ready(node) if node is not None else None)
+            if ready and not machine.node_ready and _boot_id(node) == machine.boot_id:
+                machine.record("node-ready", node=machine.hostname)  # its Node Ready on this boot: tests read the order
+            machine.node_ready = ready
         static_pods.reconcile(core, current.values(), nodes)
         if objects_moved:
             self._reconcile_cni(core, nodes)
@@ -151,6 +154,11 @@ class NodeSync:
     @staticmethod
     def _annotate(core: client.CoreV1Api, name: str, annotations: dict) -> None:
         core.patch_node(name, {"metadata": {"annotations": annotations}}, _request_timeout=REQUEST_TIMEOUT)
+
+
+def _boot_id(node) -> str | None:
+    info = node.status.node_info if node is not None and node.status else None
+    return info.boot_id if info else None
 
 
 def _ready(node) -> bool:
