@@ -7,10 +7,10 @@ removed). The lab runs one real kube-apiserver per control plane the same way, e
 machine's address at the endpoint port, all against the cluster's one lab etcd (the emulator
 keeps etcd's membership apart: lab/talos_node/cluster.py). Only HA zones pay for more than one.
 
-The cluster endpoint: when its host is a loopback address that no control plane has, the lab
-serves it as the operator's load balancer would (lab/endpoint_proxy.py), sending each connection
-to an apiserver that is up. When it is a control plane's address, that control plane's apiserver
-is the endpoint, down while its machine is down: that is the truth of such a config.
+The cluster endpoint: when its host is a loopback address that no machine has, the lab serves it
+as the operator's load balancer would (lab/endpoint_proxy.py), sending each connection to an
+apiserver that is up. When it is a control plane's address, that control plane's apiserver is
+the endpoint, down while its machine is down: that is the truth of such a config.
 
 The lab's own clients (kwok as the kubelets, the stand-ins, the controller-manager and scheduler,
 the health probe) reach the cluster through a proxy of the same kind on the hosting node's
@@ -119,9 +119,9 @@ class ClusterApiservers:
         self._retry_at.pop(address, None)
 
     def _serve_endpoint(self) -> None:
-        """A load balancer on the endpoint when it is a loopback address no control plane has."""
-        members = {n.address for n in self.registry.nodes_of(self.key) if n.is_control_plane}
-        wanted = _loopback_v4(self.endpoint_host) and self.endpoint_host not in members
+        """A load balancer on the endpoint when it is a loopback address no machine has: on a
+        machine's address (a control plane's, or one that was) only that machine could answer."""
+        wanted = _loopback_v4(self.endpoint_host) and self.registry.node(self.endpoint_host) is None
         if wanted and self.endpoint is None:
             assert self.control_plane is not None
             proxy = TcpProxy(f"{self.name}-endpoint", self.endpoint_host, self.endpoint_port,
