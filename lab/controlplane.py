@@ -180,10 +180,14 @@ class ControlPlane:
     # -- files ------------------------------------------------------------------------
 
     def _write(self, rel: str, data: bytes | str) -> str:
+        """Write a file the processes read, atomically: a running one may read it right now."""
         path = self.workdir / "pki" / (f"rotated-{self._generation}" if self._generation else "") / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data.encode() if isinstance(data, str) else data)
-        path.chmod(0o600)
+        tmp = path.with_name(f".{path.name}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, path)
         return str(path)
 
     def _pair(self, rel: str, ck: CertKey) -> tuple[str, str]:
