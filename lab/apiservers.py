@@ -17,6 +17,8 @@ import socket
 import ssl
 from dataclasses import dataclass
 
+from cryptography.hazmat.primitives import serialization
+
 from kontinuum.talos import pki
 from kontinuum.talos.pki import CertKey
 from lab.process import Managed
@@ -73,6 +75,23 @@ def serving_cert(ca: CertKey, address: str, hostname: str | None, names: Serving
     ips, dns = names.split(address, hostname, service_ip)
     return pki.issue_cert(ca, common_name="kube-apiserver", ip_addresses=ips, dns_names=dns, server=True,
                           key_type="ecdsa")
+
+
+def files(write, pair, pki_, lab_ca_crt: bytes) -> dict[str, str]:
+    """The files every apiserver of a control plane shares, written with its `write(rel, data)`
+    and `pair(rel, CertKey)`; pki_ is its ClusterPKI. Clients of the lab CA are always accepted."""
+    etcd_crt, etcd_key = pair("apiserver-etcd-client", pki.issue_cert(
+        pki_.etcd_ca, common_name="kube-apiserver", client=True, key_type="ecdsa"))
+    proxy_crt, proxy_key = pair("front-proxy-client", pki.issue_cert(
+        pki_.aggregator_ca, common_name="front-proxy-client", client=True, key_type="ecdsa"))
+    sa_pub = pki.load_private_key(pki_.service_account_key).public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return {
+        "etcd_ca": write("etcd/ca.crt", pki_.etcd_ca.crt), "etcd_crt": etcd_crt, "etcd_key": etcd_key,
+        "client_cas": write("client-ca.crt", pki_.ca.crt + pki_.accepted_cas + lab_ca_crt),
+        "agg_ca": write("front-proxy-ca.crt", pki_.aggregator_ca.crt), "proxy_crt": proxy_crt, "proxy_key": proxy_key,
+        "sa_key": write("sa.key", pki.to_standard_pem(pki_.service_account_key)), "sa_pub": write("sa.pub", sa_pub),
+    }
 
 
 def argv(address: str, port: int, etcd_url: str, files: dict[str, str], service_cidr: str,

@@ -23,6 +23,7 @@ from kontinuum.talos.pki import CertKey
 from lab import etcd_restore
 from lab.apiservers import Apiserver, ServingNames, readyz, serving_cert
 from lab.apiservers import argv as apiserver_argv
+from lab.apiservers import files as apiserver_files
 from lab.process import Managed, wait_until
 
 READY_TIMEOUT = 90.0  # seconds for etcd + apiserver /readyz on a loaded 2-core machine
@@ -337,29 +338,12 @@ class ControlPlane:
         ])
 
     def _spawn_apiserver(self, address: str, hostname: str | None, tag: object) -> Apiserver:
-        etcd_crt, etcd_key = self._pair(
-            "apiserver-etcd-client",
-            pki.issue_cert(self.pki.etcd_ca, common_name="kube-apiserver", client=True, key_type="ecdsa"),
-        )
         serving = serving_cert(self.pki.ca, address, hostname, self.names, self.service_cidr)
         crt, key = self._pair(f"apiserver-{address}", serving)
-        proxy_crt, proxy_key = self._pair(
-            "front-proxy-client",
-            pki.issue_cert(self.pki.aggregator_ca, common_name="front-proxy-client", client=True, key_type="ecdsa"),
-        )
-        sa_key = pki.load_private_key(self.pki.service_account_key)
-        files = {
-            "etcd_ca": self._write("etcd/ca.crt", self.pki.etcd_ca.crt), "etcd_crt": etcd_crt, "etcd_key": etcd_key,
-            "client_cas": self._write("client-ca.crt", self.pki.ca.crt + self.pki.accepted_cas + self.lab_ca.crt),
-            "crt": crt, "key": key, "agg_ca": self._write("front-proxy-ca.crt", self.pki.aggregator_ca.crt),
-            "proxy_crt": proxy_crt, "proxy_key": proxy_key,
-            "sa_key": self._write("sa.key", pki.to_standard_pem(self.pki.service_account_key)),
-            "sa_pub": self._write("sa.pub", sa_key.public_key().public_bytes(
-                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)),
-        }
+        files = apiserver_files(self._write, self._pair, self.pki, self.lab_ca.crt)
         egress = self._write("egress-selector.yaml", self.egress_selector) if self.egress_selector else None
-        argv = apiserver_argv(address, self.apiserver_port, f"https://{self.address}:{self.etcd_ports[0]}", files,
-                              self.service_cidr, egress)
+        argv = apiserver_argv(address, self.apiserver_port, f"https://{self.address}:{self.etcd_ports[0]}",
+                              {**files, "crt": crt, "key": key}, self.service_cidr, egress)
         log_name = "kube-apiserver" if address == self.address else f"kube-apiserver-{address}"
         process = self._spawn("kube-apiserver", argv, log_name)
         der = pki.load_certificate(serving.crt).public_bytes(serialization.Encoding.DER)
