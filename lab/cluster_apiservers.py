@@ -28,7 +28,6 @@ import logging
 import time
 
 from lab.cluster_config import ClusterConfig
-from lab.cluster_nodes import POWERED_OFF
 from lab.controlplane import ControlPlane
 from lab.endpoint_proxy import TcpProxy
 from lab.talos_node import etcd_service
@@ -37,6 +36,7 @@ from lab.talos_node.node import EmulatedNode
 
 log = logging.getLogger(__name__)
 
+POWERED_OFF = ("off", "crashed")  # EmulatedNode modes of a machine without power: no graceful stop
 RESTART_BACKOFF = 10.0  # seconds before an apiserver that exited on its own is started again
 
 
