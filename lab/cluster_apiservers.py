@@ -94,7 +94,10 @@ class ClusterApiservers:
                 cp.apiservers.pop(address)
                 self._retry_at[address] = time.monotonic() + RESTART_BACKOFF
         for address, node in wanted.items():
-            if address not in cp.apiservers and time.monotonic() >= self._retry_at.get(address, 0.0):
+            # The kubelet runs the static pod: after a boot, the apiserver starts once it does. A
+            # kubelet restart leaves a running one alone (its container keeps running).
+            if address not in cp.apiservers and node.kubelet.running and \
+                    time.monotonic() >= self._retry_at.get(address, 0.0):
                 log.info("cluster %s: %s (%s) runs; starting its kube-apiserver", self.name, node.hostname, address)
                 cp.start_apiserver(address, hostname=node.hostname, tag=node.boot_id)
         for address in list(cp.apiservers):

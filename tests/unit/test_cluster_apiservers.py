@@ -14,9 +14,15 @@ from lab.talos_node import etcd_service
 
 
 @dataclass
+class Kubelet:
+    running: bool = True
+
+
+@dataclass
 class Node:
     address: str
     mode: str = "configured"
+    kubelet: Kubelet = field(default_factory=Kubelet)
     is_control_plane: bool = True
     boot_id: str = "boot-1"
     config: object = "config"
@@ -113,7 +119,10 @@ def test_a_machine_that_goes_down_loses_its_apiserver_until_it_is_back():
     apiservers.reconcile()
     assert list(cp.apiservers) == [CPS[0]]
     assert sorted(cp.stopped) == [(CPS[1], False), (CPS[2], True)]  # a reboot stops it, a crash kills it
-    nodes[1].mode, nodes[1].boot_id = "configured", "boot-2"
+    nodes[1].mode, nodes[1].boot_id, nodes[1].kubelet.running = "configured", "boot-2", False
+    apiservers.reconcile()
+    assert list(cp.apiservers) == [CPS[0]]  # its kubelet, which runs the static pod, has not started yet
+    nodes[1].kubelet.running = True
     apiservers.reconcile()
     assert sorted(cp.apiservers) == CPS[:2] and cp.apiservers[CPS[1]].tag == "boot-2"
 
