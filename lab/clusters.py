@@ -313,12 +313,6 @@ class ClusterRunner:
 
     def _tick(self) -> None:
         try:
-            if self.apiservers is not None:
-                self.apiservers.reconcile()
-        except Exception as e:  # noqa: BLE001 - retried on the next tick
-            log.warning("cluster %s: following the control planes' apiservers failed, retrying: %s", self.name,
-                        describe(e))
-        try:
             self._follow_cluster_ca()
         except Exception as e:  # noqa: BLE001 - retried on the next tick
             log.warning("cluster %s: restarting the control plane on the new CA failed, retrying: %s", self.name,
@@ -336,6 +330,12 @@ class ClusterRunner:
             self.node_sync.reconcile(self._api, self.config, self.flux, objects_moved=moved)
         except Exception as e:  # noqa: BLE001 - retried on the next tick
             log.warning("cluster %s: reconcile failed, retrying: %s", self.name, describe(e))
+        try:  # after the kubelets: a rebooting machine's kubelet shuts down before its containers stop
+            if self.apiservers is not None:
+                self.apiservers.reconcile()
+        except Exception as e:  # noqa: BLE001 - retried on the next tick
+            log.warning("cluster %s: following the control planes' apiservers failed, retrying: %s", self.name,
+                        describe(e))
         if not moved:
             return
         for part in (self.cert_manager, self.zone_dns):

@@ -26,6 +26,7 @@ from lab.apiservers import argv as apiserver_argv
 from lab.apiservers import files as apiserver_files
 from lab.process import Managed, wait_until
 
+STOP_GRACE = 3.0  # seconds a stopping apiserver gets before SIGKILL (the runner's tick waits for it)
 READY_TIMEOUT = 90.0  # seconds for etcd + apiserver /readyz on a loaded 2-core machine
 NODE_MONITOR_GRACE = 24  # seconds without a Lease renewal before a Node is Unknown (kwok renews every 3 s)
 
@@ -232,7 +233,7 @@ class ControlPlane:
         power went). Either way its port refuses once this returns."""
         server = self.apiservers.pop(address, None)
         if server is not None:
-            server.process.kill() if kill else server.process.stop()
+            server.process.kill() if kill else server.process.stop(grace=STOP_GRACE)
 
     def apiserver_ready(self, address: str) -> bool:
         """Whether the apiserver at `address` runs and answered /readyz ok (probed until it did)."""
