@@ -12,6 +12,7 @@ import yaml
 
 from kontinuum.talos.pki import CertKey
 from lab import static_pods
+from lab.apiservers import ServingNames
 from lab.controlplane import ClusterPKI
 from lab.talos_node.node import EmulatedNode
 
@@ -50,6 +51,8 @@ class ClusterConfig:
     service_subnet: str
     allow_scheduling_on_control_planes: bool
     kube_proxy: bool = False  # Talos's kube-proxy enabled (cluster.proxy.disabled false)
+    cert_sans: tuple[str, ...] = ()  # cluster.apiServer.certSANs
+    dns_domain: str = "cluster.local"  # cluster.network.dnsDomain
 
     @property
     def endpoint_host(self) -> str:
@@ -58,6 +61,11 @@ class ClusterConfig:
     @property
     def endpoint_port(self) -> int:
         return urlsplit(self.endpoint).port or 6443
+
+    @property
+    def serving_names(self) -> ServingNames:
+        """What every apiserver certificate of the cluster names besides its own node."""
+        return ServingNames(tuple(n for n in (self.endpoint_host, *self.cert_sans) if n), self.dns_domain)
 
 
 def read_cluster_config(raw: bytes) -> ClusterConfig:
@@ -81,6 +89,8 @@ def read_cluster_config(raw: bytes) -> ClusterConfig:
         service_subnet=str((network.get("serviceSubnets") or ["10.96.0.0/12"])[0]),
         allow_scheduling_on_control_planes=bool(cluster.get("allowSchedulingOnControlPlanes")),
         kube_proxy=not bool((cluster.get("proxy") or {}).get("disabled")),
+        cert_sans=tuple(str(s) for s in (cluster.get("apiServer") or {}).get("certSANs") or []),
+        dns_domain=str(network.get("dnsDomain") or "cluster.local"),
     )
 
 

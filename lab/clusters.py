@@ -2,10 +2,11 @@
 
 When an emulated cluster is bootstrapped, lab/cluster_manager.py starts a ClusterRunner, which runs
 for that cluster:
-- a ControlPlane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) built from the
-  CAs and keys in the applied machine config, bound to the cluster endpoint's loopback address
-  (the first control plane's) at the endpoint's port, so the kubeconfig the Talos Kubeconfig RPC
-  hands out works unchanged;
+- a ControlPlane (etcd, kube-controller-manager, kube-scheduler on the hosting node's address, and
+  a kube-apiserver per control plane on its own address at the endpoint's port, down while its
+  machine is: lab/cluster_apiservers.py) built from the CAs and keys in the applied machine
+  config, with the endpoint served as a load balancer when it is no control plane's address, so
+  the kubeconfig the Talos Kubeconfig RPC hands out works unchanged;
 - kwok as every member's kubelet (lab/kwok), with the passes of lab/cluster_nodes.py: a Node per
   member, registered by the lab the way a kubelet registers itself, NotReady until the Cilium
   agent pod on it is Ready, reporting the kubelet version of its machine config, plus the control
@@ -24,12 +25,12 @@ for that cluster:
 
 A ClusterRunner owns one cluster. All of its child processes are started from the runner's own
 thread and stopped by it (by pid), and they die with that thread if it ever ends (PDEATHSIG).
-The control plane stops when every node of the cluster was reset, or the node that hosts it was.
+The control plane stops when every node of the cluster was reset, or the node that hosts it (its
+etcd) was.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import shutil
@@ -42,6 +43,7 @@ from kubernetes import client
 from lab import kwok, service_proxy
 from lab.acme import Acme
 from lab.certmanager import CertManager
+from lab.cluster_apiservers import ClusterApiservers
 from lab.cluster_config import ClusterConfig, read_cluster_config
 from lab.cluster_health import (
     CHECK_CILIUM,
@@ -102,10 +104,11 @@ class ClusterRunner:
         self.service_proxy: service_proxy.ServiceProxy | None = None
         self.zone_dns: ZoneDns | None = None
         self._objects_moved = RevisionGate()
-        self.address = self._bind_address()
+        self.address = host.address  # etcd, the controllers and the lab clients' proxy
         self.generation = registry.state(key).generation  # the bootstrap this runner serves
         self.state = "starting"
         self.control_plane: ControlPlane | None = None
+        self.apiservers: ClusterApiservers | None = None
         self.kwok: Managed | None = None
         self.flux: OperatorRunner | None = None  # the real Flux Operator, while its pod runs
         self.standins: list = []
@@ -118,19 +121,6 @@ class ClusterRunner:
 
     def __repr__(self) -> str:
         return f"ClusterRunner({self.name} at {self.address}, {self.state})"
-
-    def _bind_address(self) -> str:
-        """The endpoint's address when it is a loopback IP (a first control plane's, normally), so
-        the Talos-issued kubeconfig reaches this apiserver; otherwise the hosting node's."""
-        try:
-            ip = ipaddress.ip_address(self.config.endpoint_host)
-            if ip.is_loopback and ip.version == 4:
-                return str(ip)
-        except ValueError:
-            pass
-        log.warning("cluster %s: endpoint %s is not a loopback IP; its apiserver binds %s instead, and kubeconfigs "
-                    "naming the endpoint will not reach it", self.name, self.config.endpoint, self.host.address)
-        return self.host.address
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -151,21 +141,26 @@ class ClusterRunner:
         return self._thread is not None and self._thread.is_alive()
 
     def pids(self) -> dict[str, int]:
-        procs = list(self.control_plane.processes) if self.control_plane else []
+        """name → pid of every process running now; the apiservers of further control planes are
+        named kube-apiserver@<address>."""
+        cp = self.control_plane
+        procs = [(p.name, p) for p in cp.processes if p.name != "kube-apiserver"] if cp else []
+        procs += [("kube-apiserver" if a == self.address else f"kube-apiserver@{a}", s.process)
+                  for a, s in list(cp.apiservers.items())] if cp else []
         if self.kwok is not None:
-            procs.append(self.kwok)
+            procs.append((self.kwok.name, self.kwok))
         if self.cert_manager is not None:
-            procs += self.cert_manager.processes()
+            procs += [(p.name, p) for p in self.cert_manager.processes()]
         if self.flux is not None and self.flux.process is not None:
-            procs.append(self.flux.process)
-        return {f"{self.name}/{p.name}": p.pid for p in procs if p.running() and p.pid}
+            procs.append((self.flux.process.name, self.flux.process))
+        return {f"{self.name}/{name}": p.pid for name, p in procs if p.running() and p.pid}
 
     def _run(self) -> None:
         try:
             if self._start_all():
                 self.state = "running"
-                log.info("cluster %s: control plane at https://%s:%d, kwok, stand-ins running",
-                         self.name, self.address, self.config.endpoint_port)
+                log.info("cluster %s: control plane for %s (etcd on %s), kwok, stand-ins running",
+                         self.name, self.config.endpoint, self.address)
                 while not self._stop.is_set():
                     self._wake.wait(self.poll)
                     self._wake.clear()
@@ -196,6 +191,7 @@ class ClusterRunner:
         shutil.rmtree(self.workdir, ignore_errors=True)
         self.workdir.mkdir(parents=True)
         state = self.registry.state(self.key)
+        self.apiservers = ClusterApiservers(self.registry, self.key, self.name, self.host, self.config)
         cp = ControlPlane(
             self.name, self.workdir / "controlplane", self.config.pki,
             address=self.address, apiserver_port=self.config.endpoint_port, etcd_ports=(2379, 2380),
@@ -204,9 +200,12 @@ class ClusterRunner:
             # default route, off this machine; with it, an unreachable Service is refused here.
             egress_selector=service_proxy.egress_config(service_proxy.socket_path(self.workdir)),
             restore_from=state.recover_from, skip_hash_check=state.skip_hash_check,
+            hostname=self.host.hostname, names=self.config.serving_names, clients_via=self.apiservers.start(),
         )
         self.control_plane = cp
+        boot_id = self.host.boot_id
         cp.start()
+        self.apiservers.attach(cp, boot_id)
         self.registry.set_etcd(self.key, cp.etcd_snapshot)
         self.registry.set_k8s_chain(self.key, cp.pki.ca.crt + cp.pki.accepted_cas)
         fd = os.open(self.kubeconfig_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -260,6 +259,8 @@ class ClusterRunner:
         if self.kwok is not None:
             self.kwok.stop()
             self.kwok = None
+        if self.apiservers is not None:
+            self.apiservers.stop()
         if self.control_plane is not None:
             self.control_plane.stop()
         if self._api is not None:
@@ -292,7 +293,7 @@ class ClusterRunner:
         configured = self._configured()
         if configured is None or self._serves(configured):
             return
-        log.info("cluster %s: the cluster CA chain changed; restarting the apiserver with it", self.name)
+        log.info("cluster %s: the cluster CA chain changed; restarting every apiserver with it", self.name)
         self.control_plane.restart_with(configured.pki)
         self.config = configured
         self.registry.set_k8s_chain(self.key, configured.pki.ca.crt + configured.pki.accepted_cas)
@@ -329,6 +330,12 @@ class ClusterRunner:
             self.node_sync.reconcile(self._api, self.config, self.flux, objects_moved=moved)
         except Exception as e:  # noqa: BLE001 - retried on the next tick
             log.warning("cluster %s: reconcile failed, retrying: %s", self.name, describe(e))
+        try:  # after the kubelets: a rebooting machine's kubelet shuts down before its containers stop
+            if self.apiservers is not None:
+                self.apiservers.reconcile()
+        except Exception as e:  # noqa: BLE001 - retried on the next tick
+            log.warning("cluster %s: following the control planes' apiservers failed, retrying: %s", self.name,
+                        describe(e))
         if not moved:
             return
         for part in (self.cert_manager, self.zone_dns):

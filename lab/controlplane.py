@@ -12,8 +12,6 @@ import ipaddress
 import os
 import shutil
 import socket
-import ssl
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,8 +21,12 @@ from cryptography.hazmat.primitives import serialization
 from kontinuum.talos import pki
 from kontinuum.talos.pki import CertKey
 from lab import etcd_restore
+from lab.apiservers import Apiserver, ServingNames, readyz, serving_cert
+from lab.apiservers import argv as apiserver_argv
+from lab.apiservers import files as apiserver_files
 from lab.process import Managed, wait_until
 
+STOP_GRACE = 3.0  # seconds a stopping apiserver gets before SIGKILL (the runner's tick waits for it)
 READY_TIMEOUT = 90.0  # seconds for etcd + apiserver /readyz on a loaded 2-core machine
 NODE_MONITOR_GRACE = 24  # seconds without a Lease renewal before a Node is Unknown (kwok renews every 3 s)
 
@@ -90,7 +92,9 @@ def kubeconfig_text(name: str, server: str, ca_crt: bytes, client: CertKey) -> s
 
 
 class ControlPlane:
-    """etcd + kube-apiserver (+ controller-manager + scheduler) bound to one address."""
+    """etcd + kube-apiserver (+ controller-manager + scheduler) bound to one address, and, for an
+    emulated cluster with several control planes, one more kube-apiserver per further control
+    plane address against the same etcd (start_apiserver; lab/cluster_apiservers.py decides)."""
 
     def __init__(
         self,
@@ -109,9 +113,15 @@ class ControlPlane:
         egress_selector: str | None = None,
         restore_from: bytes | None = None,
         skip_hash_check: bool = False,
+        hostname: str | None = None,
+        names: ServingNames = ServingNames(),
+        clients_via: str | None = None,
     ):
         """restore_from: an etcd snapshot that etcd starts from (etcdutl snapshot restore), as
-        Talos's Bootstrap(recover_etcd) does; skip_hash_check as its recover_skip_hash_check."""
+        Talos's Bootstrap(recover_etcd) does; skip_hash_check as its recover_skip_hash_check.
+        hostname, names: what the serving certificates name (lab/apiservers.py). clients_via: a
+        URL in front of every apiserver (a TCP proxy) that the controller-manager, the scheduler
+        and lab_kubeconfig() use instead of this address's apiserver, verified as localhost."""
         _check_loopback(address)
         self.egress_selector = egress_selector  # EgressSelectorConfiguration YAML (lab/service_proxy.py)
         self.name = name
@@ -127,18 +137,28 @@ class ControlPlane:
         self.env = env
         self.restore_from = restore_from
         self.skip_hash_check = skip_hash_check
-        self.processes: list[Managed] = []
-        self._probe_ctx: ssl.SSLContext | None = None
+        self.hostname = hostname
+        self.names = names
+        self.clients_via = clients_via
+        self.etcd: Managed | None = None
+        self.apiservers: dict[str, Apiserver] = {}  # address -> the apiserver running there
+        self.controller_processes: list[Managed] = []
         # The lab's own clients (kwok, stand-ins, the health probe) authenticate with this CA, which
         # the apiserver always accepts: like kubelets that Talos restarts with new certificates,
         # they keep working across a rotation of the cluster CA without being restarted.
         self.lab_ca = pki.new_ca(common_name="kontinuum-lab-clients", days=30)
         self._generation = 0  # bumped by every restart on new CAs; its files and logs go apart
-        self._serving_der = b""
+        self._probe_client: tuple[str, str] | None = None
 
     @property
     def server(self) -> str:
         return f"https://{self.address}:{self.apiserver_port}"
+
+    @property
+    def processes(self) -> list[Managed]:
+        """Every process this control plane runs now: etcd, the apiservers, the controllers."""
+        return [*([self.etcd] if self.etcd else []), *(a.process for a in list(self.apiservers.values())),
+                *self.controller_processes]
 
     def admin_kubeconfig(self) -> str:
         client = pki.issue_cert(
@@ -149,11 +169,11 @@ class ControlPlane:
     def lab_kubeconfig(self) -> str:
         """The lab's own admin identity for an emulated cluster (see lab_ca): it keeps working
         across a rotation of the cluster CA, so it trusts the serving certificate by address on
-        loopback, whichever cluster CA issues it."""
+        loopback, whichever cluster CA issues it. Through clients_via when given."""
         client = pki.issue_cert(
             self.lab_ca, common_name="lab-admin", organizations=["system:masters"], client=True, key_type="ecdsa"
         )
-        doc = yaml.safe_load(kubeconfig_text(self.name, self.server, self.pki.ca.crt, client))
+        doc = yaml.safe_load(kubeconfig_text(self.name, self.clients_via or self.server, self.pki.ca.crt, client))
         cluster = doc["clusters"][0]["cluster"]
         cluster.pop("certificate-authority-data")
         cluster["insecure-skip-tls-verify"] = True
@@ -162,10 +182,14 @@ class ControlPlane:
     # -- files ------------------------------------------------------------------------
 
     def _write(self, rel: str, data: bytes | str) -> str:
+        """Write a file the processes read, atomically: a running one may read it right now."""
         path = self.workdir / "pki" / (f"rotated-{self._generation}" if self._generation else "") / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data.encode() if isinstance(data, str) else data)
-        path.chmod(0o600)
+        tmp = path.with_name(f".{path.name}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, path)
         return str(path)
 
     def _pair(self, rel: str, ck: CertKey) -> tuple[str, str]:
@@ -175,15 +199,19 @@ class ControlPlane:
         client = pki.issue_cert(
             self.pki.ca, common_name=user, organizations=[org] if org else [], client=True, key_type="ecdsa"
         )
-        return self._write(f"{user.replace(':', '-')}.kubeconfig", kubeconfig_text(self.name, self.server, self.pki.ca.crt, client))
+        doc = yaml.safe_load(kubeconfig_text(self.name, self.clients_via or self.server, self.pki.ca.crt, client))
+        if self.clients_via:  # whichever apiserver answers, its certificate names localhost
+            doc["clusters"][0]["cluster"]["tls-server-name"] = "localhost"
+        return self._write(f"{user.replace(':', '-')}.kubeconfig", yaml.safe_dump(doc, sort_keys=False))
 
     # -- lifecycle ----------------------------------------------------------------------
 
     def start(self, timeout: float = READY_TIMEOUT) -> "ControlPlane":
         try:
             self._start_etcd()
-            self._start_apiserver()
-            wait_until(f"{self.name}: kube-apiserver {self.server}/readyz", self._ready, timeout, on_fail=self._check_alive)
+            self.start_apiserver(self.address, hostname=self.hostname)
+            wait_until(f"{self.name}: kube-apiserver {self.server}/readyz", lambda: self.apiserver_ready(self.address),
+                       timeout, on_fail=self._check_alive)
             if self.controllers:
                 self._start_controllers()
         except BaseException:
@@ -191,60 +219,94 @@ class ControlPlane:
             raise
         return self
 
+    def start_apiserver(self, address: str, *, hostname: str | None = None, tag: object = None) -> Apiserver:
+        """Start a kube-apiserver at `address` (on the apiserver port, against this etcd) without
+        waiting for it: apiserver_ready() tells when it serves."""
+        _check_loopback(address)
+        if address in self.apiservers:
+            raise RuntimeError(f"{self.name}: a kube-apiserver already runs at {address}")
+        self.apiservers[address] = server = self._spawn_apiserver(address, hostname, tag)
+        return server
+
+    def stop_apiserver(self, address: str, *, kill: bool = False) -> None:
+        """Stop the apiserver at `address`: SIGTERM (a reboot stops its pods), or SIGKILL (the
+        power went). Either way its port refuses once this returns."""
+        server = self.apiservers.pop(address, None)
+        if server is not None:
+            server.process.kill() if kill else server.process.stop(grace=STOP_GRACE)
+
+    def apiserver_ready(self, address: str) -> bool:
+        """Whether the apiserver at `address` runs and answered /readyz ok (probed until it did)."""
+        server = self.apiservers.get(address)
+        if server is None or not server.process.running():
+            return False
+        if not server.ready:
+            server.ready = readyz(server, self.apiserver_port, self._probe_pair())
+        return server.ready
+
+    def serving(self) -> list[tuple[str, int]]:
+        """(address, port) of each apiserver that is up: where a load balancer may send a client."""
+        return [(a.address, self.apiserver_port) for a in list(self.apiservers.values()) if a.up]
+
     def restart_with(self, pki_: ClusterPKI, timeout: float = READY_TIMEOUT) -> None:
-        """Restart the apiserver, controller-manager and scheduler (etcd keeps running) on new
-        cluster CAs, as Talos restarts the control-plane pods when cluster.ca or
-        cluster.acceptedCAs change. Rolling, as behind a load balancer: the new apiserver shares
-        the port (SO_REUSEPORT) until it is ready, then the old one stops, so the API answers
-        throughout. A new apiserver that dies or never gets ready is stopped and the old one keeps
-        serving on the old CAs; the caller tries again (as the kubelet restarts a crashed pod)."""
-        old = [p for p in self.processes if p.name != "etcd"]
-        before = (self.pki, self._probe_ctx, self._serving_der)
-        self.pki, self._probe_ctx = pki_, None
+        """Restart every apiserver, then the controller-manager and scheduler (etcd keeps running),
+        on new cluster CAs, as Talos restarts the control-plane pods when cluster.ca or
+        cluster.acceptedCAs change. Rolling, as behind a load balancer: one apiserver at a time,
+        the new one sharing its port (SO_REUSEPORT) until it is ready, then the old one stops, so
+        the API answers throughout. A new apiserver that dies or never gets ready is stopped and
+        the old one keeps serving on the old CAs; the caller tries again (as the kubelet restarts a
+        crashed pod), and apiservers that moved already are not restarted twice."""
+        before = self.pki
+        self.pki = pki_
         self._generation += 1
-        self._start_apiserver()
-        started = self.processes[-1]
-
-        def alive() -> None:  # only the new apiserver counts: an old component may have ended on its own
-            if not started.running():
-                raise RuntimeError(f"{self.name}: the restarted kube-apiserver exited early; last log lines:\n"
-                                   f"{started.tail()}")
-
         try:
-            wait_until(f"{self.name}: the restarted kube-apiserver {self.server}/readyz", self._new_ready, timeout,
-                       on_fail=alive)
+            for server in list(self.apiservers.values()):
+                if server.pki != pki_:
+                    self._roll(server, timeout)
         except BaseException:
-            started.stop()
-            self.processes.remove(started)
-            self.pki, self._probe_ctx, self._serving_der = before
+            self.pki = before
             raise
-        for p in old:
+        for p in self.controller_processes:
             p.stop()
-            self.processes.remove(p)
+        self.controller_processes.clear()
         if self.controllers:
             self._start_controllers()
 
-    def _new_ready(self) -> bool:
-        """/readyz answered by the apiserver that serves the newest certificate (the port is shared)."""
-        ctx = ssl.create_default_context(cadata=self.pki.ca.crt.decode())
-        ctx.load_cert_chain(*self._pair("readyz-probe", pki.issue_cert(
-            self.pki.ca, common_name="readyz-probe", organizations=["system:masters"], client=True, key_type="ecdsa")))
-        for _ in range(8):  # connections spread over both listeners
-            with socket.create_connection((self.address, self.apiserver_port), timeout=5) as raw, \
-                    ctx.wrap_socket(raw, server_hostname=self.address) as tls:
-                if tls.getpeercert(binary_form=True) != self._serving_der:
-                    continue
-                tls.sendall(f"GET /readyz HTTP/1.1\r\nHost: {self.address}\r\nConnection: close\r\n\r\n".encode())
-                reply = b""
-                while chunk := tls.recv(4096):
-                    reply += chunk
-                return reply.startswith(b"HTTP/1.1 200")
-        return False
+    def _roll(self, old: Apiserver, timeout: float) -> None:
+        started = self._spawn_apiserver(old.address, old.hostname, old.tag)
+        url = f"https://{old.address}:{self.apiserver_port}"
 
-    def _spawn(self, name: str, argv: list[str]) -> None:
+        def alive() -> None:  # only the new apiserver counts: the old one may have ended on its own
+            if not started.process.running():
+                raise RuntimeError(f"{self.name}: the restarted kube-apiserver at {old.address} exited early; "
+                                   f"last log lines:\n{started.process.tail()}")
+
+        try:
+            wait_until(f"{self.name}: the restarted kube-apiserver {url}/readyz",
+                       lambda: readyz(started, self.apiserver_port, self._probe_pair(), attempts=8), timeout,
+                       on_fail=alive)
+        except BaseException:
+            started.process.stop()
+            raise
+        started.ready = True
+        old.process.stop()
+        if self.apiservers.get(old.address) is old:
+            self.apiservers[old.address] = started
+        else:  # stopped meanwhile (its machine went down): the new one goes too
+            started.process.stop()
+
+    def _probe_pair(self) -> tuple[str, str]:
+        if self._probe_client is None:
+            self._probe_client = self._pair("readyz-probe", pki.issue_cert(
+                self.lab_ca, common_name="readyz-probe", organizations=["system:masters"], client=True,
+                key_type="ecdsa"))
+        return self._probe_client
+
+    def _spawn(self, name: str, argv: list[str], log_name: str | None = None) -> Managed:
         env = dict(os.environ if self.env is None else self.env)
-        log = f"{name}-{self._generation}.log" if self._generation else f"{name}.log"
-        self.processes.append(Managed(name, argv, self.workdir / "logs" / log, env=env).start())
+        stem = log_name or name
+        log = f"{stem}-{self._generation}.log" if self._generation else f"{stem}.log"
+        return Managed(name, argv, self.workdir / "logs" / log, env=env).start()
 
     def _check_alive(self) -> None:
         for p in self.processes:
@@ -267,7 +329,7 @@ class ControlPlane:
                                  env=dict(os.environ if self.env is None else self.env))
         data.mkdir(parents=True, exist_ok=True)
         data.chmod(0o700)
-        self._spawn("etcd", [
+        self.etcd = self._spawn("etcd", [
             "etcd", "--name", self.name, "--data-dir", str(data),
             "--listen-client-urls", f"https://{a}:{client}", "--advertise-client-urls", f"https://{a}:{client}",
             "--listen-peer-urls", f"http://{a}:{peer}", "--initial-advertise-peer-urls", f"http://{a}:{peer}",
@@ -276,58 +338,28 @@ class ControlPlane:
             "--unsafe-no-fsync", "--quota-backend-bytes", str(256 * 1024 * 1024), "--log-level", "warn",
         ])
 
-    def _start_apiserver(self) -> None:
-        a = self.address
-        etcd_ca = self._write("etcd/ca.crt", self.pki.etcd_ca.crt)
-        etcd_crt, etcd_key = self._pair(
-            "apiserver-etcd-client",
-            pki.issue_cert(self.pki.etcd_ca, common_name="kube-apiserver", client=True, key_type="ecdsa"),
-        )
-        client_cas = self._write("client-ca.crt", self.pki.ca.crt + self.pki.accepted_cas + self.lab_ca.crt)
-        svc_ip = str(next(ipaddress.ip_network(self.service_cidr).hosts()))
-        serving = pki.issue_cert(
-            self.pki.ca, common_name="kube-apiserver", ip_addresses=[a, svc_ip],
-            dns_names=["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"],
-            server=True, key_type="ecdsa",
-        )
-        crt, key = self._pair("apiserver", serving)
-        self._serving_der = pki.load_certificate(serving.crt).public_bytes(serialization.Encoding.DER)
-        agg_ca = self._write("front-proxy-ca.crt", self.pki.aggregator_ca.crt)
-        proxy_crt, proxy_key = self._pair(
-            "front-proxy-client",
-            pki.issue_cert(self.pki.aggregator_ca, common_name="front-proxy-client", client=True, key_type="ecdsa"),
-        )
-        sa_key = pki.load_private_key(self.pki.service_account_key)
-        sa_priv = self._write("sa.key", pki.to_standard_pem(self.pki.service_account_key))
-        sa_pub = self._write(
-            "sa.pub",
-            sa_key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo),
-        )
-        self._spawn("kube-apiserver", [
-            "kube-apiserver", f"--advertise-address={a}", f"--bind-address={a}", f"--secure-port={self.apiserver_port}",
-            f"--etcd-servers=https://{a}:{self.etcd_ports[0]}", f"--etcd-cafile={etcd_ca}",
-            f"--etcd-certfile={etcd_crt}", f"--etcd-keyfile={etcd_key}",
-            f"--client-ca-file={client_cas}", f"--tls-cert-file={crt}", f"--tls-private-key-file={key}",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-account-key-file={sa_pub}", f"--service-account-signing-key-file={sa_priv}",
-            f"--service-cluster-ip-range={self.service_cidr}", "--authorization-mode=RBAC",
-            "--allow-privileged=true", "--profiling=false", "--enable-priority-and-fairness=false",
-            f"--requestheader-client-ca-file={agg_ca}", "--requestheader-allowed-names=front-proxy-client",
-            "--requestheader-extra-headers-prefix=X-Remote-Extra-", "--requestheader-group-headers=X-Remote-Group",
-            "--requestheader-username-headers=X-Remote-User",
-            f"--proxy-client-cert-file={proxy_crt}", f"--proxy-client-key-file={proxy_key}",
-            "--endpoint-reconciler-type=none", "--watch-cache=false", "--v=0", "--permit-port-sharing=true",
-            *([f"--egress-selector-config-file={self._write('egress-selector.yaml', self.egress_selector)}"]
-              if self.egress_selector else []),
-        ])
+    def _spawn_apiserver(self, address: str, hostname: str | None, tag: object) -> Apiserver:
+        serving = serving_cert(self.pki.ca, address, hostname, self.names, self.service_cidr)
+        crt, key = self._pair(f"apiserver-{address}", serving)
+        files = apiserver_files(self._write, self._pair, self.pki, self.lab_ca.crt)
+        egress = self._write("egress-selector.yaml", self.egress_selector) if self.egress_selector else None
+        argv = apiserver_argv(address, self.apiserver_port, f"https://{self.address}:{self.etcd_ports[0]}",
+                              {**files, "crt": crt, "key": key}, self.service_cidr, egress)
+        log_name = "kube-apiserver" if address == self.address else f"kube-apiserver-{address}"
+        process = self._spawn("kube-apiserver", argv, log_name)
+        der = pki.load_certificate(serving.crt).public_bytes(serialization.Encoding.DER)
+        return Apiserver(address, process, der, self.pki.ca.crt, self.pki, hostname, tag)
 
     def _start_controllers(self) -> None:
+        """One controller-manager and one scheduler, however many apiservers run: on Talos each
+        control plane runs both, leader-elected, so one of each is active at a time; running that
+        one alone (through clients_via, to an apiserver that is up) is what the cluster sees."""
         a = self.address
         ca = self._write("ca.crt", self.pki.ca.crt)
         ca_key = self._write("ca.key", pki.to_standard_pem(self.pki.ca.key))
         sa_priv = self._write("sa.key", pki.to_standard_pem(self.pki.service_account_key))
         cm = self._component_kubeconfig("system:kube-controller-manager", None)
-        self._spawn("kube-controller-manager", [
+        self.controller_processes.append(self._spawn("kube-controller-manager", [
             "kube-controller-manager", f"--kubeconfig={cm}", f"--authentication-kubeconfig={cm}",
             f"--authorization-kubeconfig={cm}", f"--bind-address={a}", f"--secure-port={self.controller_ports[0]}",
             f"--root-ca-file={ca}", f"--service-account-private-key-file={sa_priv}",
@@ -339,22 +371,13 @@ class ControlPlane:
             # last Lease renewal (default 50 s), noticed within 2 s (default 5 s).
             f"--node-monitor-grace-period={NODE_MONITOR_GRACE}s", "--node-monitor-period=2s",
             "--v=0",
-        ])
+        ]))
         sched = self._component_kubeconfig("system:kube-scheduler", None)
-        self._spawn("kube-scheduler", [
+        self.controller_processes.append(self._spawn("kube-scheduler", [
             "kube-scheduler", f"--kubeconfig={sched}", f"--authentication-kubeconfig={sched}",
             f"--authorization-kubeconfig={sched}", f"--bind-address={a}", f"--secure-port={self.controller_ports[1]}",
             "--leader-elect=false", "--v=0",
-        ])
-
-    def _ready(self) -> bool:
-        if self._probe_ctx is None:
-            probe = pki.issue_cert(self.pki.ca, common_name="readyz-probe", organizations=["system:masters"],
-                                   client=True, key_type="ecdsa")
-            self._probe_ctx = ssl.create_default_context(cadata=self.pki.ca.crt.decode())
-            self._probe_ctx.load_cert_chain(*self._pair("readyz-probe", probe))
-        with urllib.request.urlopen(f"{self.server}/readyz", context=self._probe_ctx, timeout=5) as r:
-            return r.status == 200 and r.read().strip() == b"ok"
+        ]))
 
     def etcd_snapshot(self, timeout: float = 60.0) -> bytes:
         """etcd's own snapshot (database + sha256 trailer), read as a client would."""
@@ -370,7 +393,9 @@ class ControlPlane:
         """Stop exactly the processes this control plane started, newest first."""
         for p in reversed(self.processes):
             p.stop()
-        self.processes.clear()
+        self.controller_processes.clear()
+        self.apiservers.clear()
+        self.etcd = None
 
     def remove(self) -> None:
         self.stop()

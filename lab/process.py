@@ -79,6 +79,14 @@ class Managed:
             self.popen.kill()
             self.popen.wait(timeout=grace)
 
+    def kill(self, timeout: float = 10.0) -> None:
+        """SIGKILL at once (the power went); only ever this pid."""
+        if not self.running():
+            return
+        assert self.popen is not None
+        self.popen.kill()
+        self.popen.wait(timeout=timeout)
+
 
 def wait_until(what: str, probe, timeout: float, interval: float = 0.2, on_fail=None):
     """Poll `probe()` until it returns a truthy value or `timeout` seconds pass.

@@ -2,7 +2,9 @@
 one live zone, by editing the stack config and running `pulumi up`.
 
 One lab for the module (nodes 127.0.41.11+, hub 127.0.0.41) and one zone that lives through
-the whole module, in order: 1 control plane + 2 workers → 3 control planes (API polled
+the whole module, its endpoint 127.0.41.10: no machine's address, so the lab serves it as the
+load balancer an operator puts in front of an HA zone's control planes (each control plane runs
+its own apiserver, down while its machine reboots). In order: 1 control plane + 2 workers → 3 control planes (API polled
 throughout) → a patch that needs a reboot (the preview names the waves; each node reboots only
 after the one before it is Ready again, control planes first, API polled throughout) → a live
 patch (every node at once, no reboot) → Talos v1.13.1 (strict one-at-a-time order, control
@@ -40,7 +42,7 @@ FIRST, HUB = "127.0.41.11", "127.0.0.41"
 CPS = ["127.0.41.11", "127.0.41.12", "127.0.41.13"]
 WORKERS = ["127.0.41.14", "127.0.41.15"]
 ORDER = CPS + WORKERS
-ENDPOINT = f"https://{CPS[0]}:6443"
+ENDPOINT = "https://127.0.41.10:6443"  # a load balancer over the control planes (the lab serves it)
 K8S_OLD, K8S_NEW, K8S_KILLED = "v1.35.4", "v1.35.5", "v1.35.6"
 KUBELET_DELAY = 0.5  # the lab's default: seconds from a node's boot to its kubelet starting
 K8S_NEXT_MINOR, REMOVED_GATE = "v1.36.0", "WatchFromStorageWithoutResourceVersion"  # go-kubernetes' 1.35->1.36

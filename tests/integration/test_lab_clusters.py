@@ -201,7 +201,7 @@ def test_one_node_cluster_real_scheduler_and_cni_gated_health(tools, bundle, tmp
         api.close()
 
 
-def test_three_node_cluster_shares_one_control_plane_and_reset_stops_it(tools, bundle, tmp_path):
+def test_three_node_cluster_runs_an_apiserver_per_control_plane_and_reset_stops_it(tools, bundle, tmp_path):
     addresses = ["127.0.31.121", "127.0.31.122", "127.0.31.123"]
     spec = ClusterSpec(name="lab-three", endpoint=f"https://{addresses[0]}:6443", kubernetes_version="1.35.4",
                        control_plane=PoolSpec(CONTROLPLANE, 3))
@@ -222,17 +222,17 @@ def test_three_node_cluster_shares_one_control_plane_and_reset_stops_it(tools, b
                        for n in nodes)  # no workers: Talos allows scheduling on control planes
         assert len({n.spec.pod_cidr for n in nodes}) == 3
         assert len(mgr.runners) == 1
-        pids = mgr.pids()
+        pids = mgr.pids()  # one etcd and one of each controller; an apiserver per control plane
         assert sorted(name.split("/")[1] for name in pids) == [
-            "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
-        for other in addresses[1:]:
-            assert not listening(other, 6443)
+            "etcd", "kube-apiserver", f"kube-apiserver@{addresses[1]}", f"kube-apiserver@{addresses[2]}",
+            "kube-controller-manager", "kube-scheduler", "kwok"]
+        wait_until("an apiserver listening on every control plane", lambda: all(listening(a, 6443) for a in addresses), 120)
         crash_and_power_on(lab.node(addresses[2]), first, core, api)
         api.close()
 
         first.reset(graceful=True, reboot=True, system_partitions=("STATE", "EPHEMERAL"))  # the node hosting the control plane leaves
         wait_until("the control plane to stop", lambda: not mgr.runners and not any(pid_alive(p) for p in pids.values()), 60)
-        assert not listening(addresses[0], 6443)
+        assert not any(listening(a, 6443) for a in addresses)
         for a in addresses[1:]:
             talos(bundle, a).reset(graceful=False, reboot=True, system_partitions=("STATE", "EPHEMERAL"))
         for a in addresses:
