@@ -41,7 +41,8 @@ class NodeSync:
         self.key = key
         self.name = name
         self.wake = wake  # runs the next pass now: a machine's kubelet signals a shutdown or a start
-        self.registered: dict[str, str] = {}  # node address -> Node name, while its kubelet runs
+        self.registered: dict[str, str] = {}  # node address -> Node name
+        self._ready_boot: dict[str, str] = {}  # node address -> the boot its Node was last seen Ready on, while its kubelet runs
         self._manifests_known: set = set()  # bootstrap-manifest objects seen (created once, never updated)
 
     def members(self) -> list[EmulatedNode]:
@@ -82,8 +83,9 @@ class NodeSync:
         for machine in machines:  # what each machine learns of its Node (its MachineStatus nodeReady)
             node = nodes.get(machine.hostname)
             ready = written.get(machine.hostname, _ready(node) if node is not None else None)
-            if ready and not machine.node_ready and _boot_id(node) == machine.boot_id:
-                machine.record("node-ready", node=machine.hostname)  # its Node Ready on this boot: tests read the order
+            if ready and _boot_id(node) == machine.boot_id and self._ready_boot.get(machine.address) != machine.boot_id:
+                self._ready_boot[machine.address] = machine.boot_id  # once per boot: tests read the order
+                machine.record("node-ready", hostname=machine.hostname)
             machine.node_ready = ready
         static_pods.reconcile(core, current.values(), nodes)
         if objects_moved:
