@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 MAX_EVENTS = 64  # events.MaxEventsToKeep
-SHUTDOWN_WAIT = 45.0  # seconds a reboot waits for the lab's drain and kubelet to release the lock
+SHUTDOWN_WAIT = 10.0  # seconds a reboot waits for the lab's drain and kubelet to release the lock (a kubelet whose API is gone does not hold it long)
 WAITING = 'Waiting for service "cri" to be "up", time sync, network'
 _PIDS = itertools.count(2101)
 

@@ -27,6 +27,7 @@ from kontinuum.talos import talosconfig as tc
 from kontinuum.talos.pki import CertKey
 from kontinuum.talos.client import TalosClient
 from kontinuum.talos.errors import TalosError
+from lab.process import wait_until
 from lab.pulumi_cli import ROOT
 from tests.e2e import kills
 from tests.e2e.cluster_lab import events, new_stack, output, ready, write_config, zone
@@ -80,7 +81,8 @@ def test_backup_restore_and_backup_on_up(lab, tmp_path):
     assert "1. wipe etcd data" in restored.stderr and "done; etcd is back" in restored.stderr
     api.close()
     api = kconfig.new_client_from_config_dict(yaml.safe_load(kubeconfig))  # the same credentials still work
-    assert configmaps(client.CoreV1Api(api)) == {"dr-a"}
+    # The restore ends once etcd is back; the apiserver on the rebooted control plane follows its kubelet.
+    wait_until("the API back with the restored objects", lambda: configmaps(client.CoreV1Api(api)) == {"dr-a"}, 120)
     api.close()
 
     # The restore changed nothing the stack holds: switching onUp on, the next up updates the

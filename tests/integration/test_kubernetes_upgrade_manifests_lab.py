@@ -25,7 +25,8 @@ from kontinuum.talos.clusterspec import ClusterSpec, PoolSpec
 from lab.cluster_manager import ClusterManager
 from lab.process import wait_until
 from lab.talos_node import Lab
-from tests.integration.test_kubernetes_upgrade_lab import CNI_AGENT, talos, tools  # noqa: F401 - tools: a fixture
+from tests.integration import lab_cni
+from tests.integration.test_kubernetes_upgrade_lab import talos, tools  # noqa: F401 - tools: a fixture
 
 T = 10
 CP, WORKER = "127.0.49.9", "127.0.49.10"
@@ -69,8 +70,7 @@ def test_prepull_then_manifest_sync_moves_kube_proxy_only_at_the_manifest_step(t
         cp.bootstrap()
         api = kconfig.new_client_from_config_dict(yaml.safe_load(cp.kubeconfig()))
         core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
-        wait_until("the apiserver to take the DaemonSet", lambda: apps.create_namespaced_daemon_set(
-            "kube-system", CNI_AGENT, _request_timeout=T), 120)
+        wait_until("the apiserver to take the DaemonSet", lambda: lab_cni.install(api, T), 120)
 
         # Talos (the lab) creates the bootstrap manifests' objects once, from the config of the day.
         wait_until("kube-proxy's DaemonSet, created by Talos", lambda: proxy_ds(apps) is not None, 120)

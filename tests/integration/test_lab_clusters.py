@@ -222,7 +222,9 @@ def test_three_node_cluster_runs_an_apiserver_per_control_plane_and_reset_stops_
                        for n in nodes)  # no workers: Talos allows scheduling on control planes
         assert len({n.spec.pod_cidr for n in nodes}) == 3
         assert len(mgr.runners) == 1
-        pids = mgr.pids()  # one etcd and one of each controller; an apiserver per control plane
+        # one etcd and one of each controller; an apiserver per control plane (each starts once its kubelet runs)
+        wait_until("an apiserver per control plane", lambda: sum("kube-apiserver" in n for n in mgr.pids()) == 3, 60)
+        pids = mgr.pids()
         assert sorted(name.split("/")[1] for name in pids) == [
             "etcd", "kube-apiserver", f"kube-apiserver@{addresses[1]}", f"kube-apiserver@{addresses[2]}",
             "kube-controller-manager", "kube-scheduler", "kwok"]
