@@ -213,7 +213,8 @@ def unready_on(kubeconfig: str, address: str, *, within: float) -> None:
             ready = {c.type: c.status for c in node.status.conditions or []}.get("Ready")
             pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node.metadata.name}",
                                                     _request_timeout=10).items
-            marked = [p for p in pods if {c.type: c.status for c in p.status.conditions or []}.get("Ready") == "False"]
+            # not Ready: marked so by the controller, or replaced by a pod not yet started (no Ready condition)
+            marked = [p for p in pods if {c.type: c.status for c in p.status.conditions or []}.get("Ready") != "True"]
             if ready == "Unknown" and pods and len(marked) == len(pods):
                 return
             assert time.monotonic() < deadline, f"Node {node.metadata.name}: Ready={ready}, {len(marked)}/{len(pods)} pods not Ready"
