@@ -25,6 +25,8 @@ import threading
 import yaml
 from google.protobuf import struct_pb2
 
+from lab.talos_node import protoenc
+
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 STATIC_POD = "StaticPods.kubernetes.talos.dev"
@@ -181,18 +183,6 @@ def specs_of(config: bytes, address: str) -> dict[tuple[str, str], dict]:
                  control_plane=machine.get("type") in ("controlplane", "init"))
 
 
-def _field(number: int, value: str | bytes) -> bytes:
-    """One length-delimited protobuf field."""
-    data = value.encode() if isinstance(value, str) else value
-    length, prefix = len(data), bytearray()
-    while True:
-        byte, length = length & 0x7F, length >> 7
-        prefix.append(byte | (0x80 if length else 0))
-        if not length:
-            break
-    return bytes([number << 3 | 2]) + bytes(prefix) + data
-
-
 def _struct(obj: dict) -> bytes:
     struct = struct_pb2.Struct()
     struct.update(obj)
@@ -201,13 +191,13 @@ def _struct(obj: dict) -> bytes:
 
 def static_pod_proto(pod: dict) -> bytes:
     """Talos's StaticPodSpec{google.protobuf.Struct pod = 1}, what its Go clients decode."""
-    return _field(1, _struct(pod))
+    return protoenc.field(1, _struct(pod))
 
 
 def kubelet_spec_proto(spec: dict) -> bytes:
     """KubeletSpecSpec{image = 1, repeated args = 2, expected_nodename = 4, Struct config = 5}."""
-    return (_field(1, spec["image"]) + b"".join(_field(2, a) for a in spec["args"])
-            + _field(4, spec["expectedNodename"]) + _field(5, _struct(spec["config"])))
+    return (protoenc.field(1, spec["image"]) + b"".join(protoenc.field(2, a) for a in spec["args"])
+            + protoenc.field(4, spec["expectedNodename"]) + protoenc.field(5, _struct(spec["config"])))
 
 
 def specs(doc: dict, *, address: str, hostname: str, control_plane: bool) -> dict[tuple[str, str], dict]:

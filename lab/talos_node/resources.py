@@ -17,7 +17,7 @@ import yaml
 from google.protobuf import struct_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from lab.talos_node import cluster_resources, k8s_resources
+from lab.talos_node import cluster_resources, k8s_resources, protoenc
 from lab.talos_node import manifests as bootstrap
 from protos.gen.v1alpha1 import meta_pb2, resource_pb2
 
@@ -120,19 +120,6 @@ class NodeFacts:
     config: bytes = b""  # the applied machine config (configured nodes only)
 
 
-def _proto_string(number: int, value: str | bytes) -> bytes:
-    """One length-delimited protobuf field: enough to encode Talos's VersionSpec
-    (version = 1) without carrying its .proto."""
-    data = value.encode() if isinstance(value, str) else value
-    length, prefix = len(data), bytearray()
-    while True:
-        byte, length = length & 0x7F, length >> 7
-        prefix.append(byte | (0x80 if length else 0))
-        if not length:
-            break
-    return bytes([number << 3 | 2]) + bytes(prefix) + data
-
-
 def _manifest_proto(items: list[dict]) -> bytes:
     """Talos's ManifestSpec (items = 1, repeated SingleManifest{object = 1, google.protobuf.Struct}),
     as protoenc encodes its map[string]any: what Talos's Go client decodes."""
@@ -140,7 +127,7 @@ def _manifest_proto(items: list[dict]) -> bytes:
     for obj in items:
         struct = struct_pb2.Struct()
         struct.update(obj)
-        out += _proto_string(1, _proto_string(1, struct.SerializeToString()))
+        out += protoenc.field(1, protoenc.field(1, struct.SerializeToString()))
     return out
 
 
@@ -221,7 +208,7 @@ def specs(facts: NodeFacts) -> dict[tuple[str, str], dict[str, tuple[dict, bytes
             name: ({"description": text}, meta_pb2.NamespaceSpec(description=text).SerializeToString())
             for name, text in NAMESPACES.items()
         },
-        ("runtime", VERSION): {"version": ({"version": facts.talos_version}, _proto_string(1, facts.talos_version))},
+        ("runtime", VERSION): {"version": ({"version": facts.talos_version}, protoenc.field(1, facts.talos_version))},
         ("runtime", MACHINE_STATUS): {
             "machine": ({"stage": facts.stage, "status": {"ready": facts.ready, "unmetConditions": facts.unmet}}, b"")
         },
