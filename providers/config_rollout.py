@@ -18,7 +18,7 @@ from kontinuum.talos.errors import TalosError
 from kontinuum.talos.talosconfig import APID_PORT
 from providers.common import TypedResource, with_secret_outputs
 from providers.config_apply import ROLES
-from providers.talos_common import Inputs, config_hash, info, known, kubeconfig_getter, node_client
+from providers.talos_common import Inputs, client_cache, config_hash, info, known, kubeconfig_getter
 
 SECRET_OUTPUTS = ("talosconfig",)
 ASK_TIMEOUT = 10.0  # each node's dry run
@@ -65,12 +65,7 @@ def _context(props: dict):
     from kontinuum.lifecycle import config_rollout, readiness  # the clients load where they run
 
     nodes = [config_rollout.Node(n["name"], n["address"], n["role"], n["pool"]) for n in props["nodes"]]
-    clients: dict[str, object] = {}
-
-    def client_for(address: str):
-        if address not in clients:
-            clients[address] = node_client(props, address)
-        return clients[address]
+    client_for = client_cache(props)  # one TLS context per node for the whole step
 
     cps = tuple(n.address for n in nodes if n.control_plane)
     gate = readiness.Gate(client_for=client_for, kubeconfig=kubeconfig_getter(props), control_planes=cps)

@@ -29,7 +29,7 @@ from kontinuum.lifecycle import versions
 from kontinuum.talos.errors import TalosError, TlsTrustError
 from kontinuum.talos.talosconfig import APID_PORT
 from providers.common import TypedResource, with_secret_outputs
-from providers.talos_common import Inputs, cluster_kubeconfig, info, known, node_client
+from providers.talos_common import Inputs, client_cache, cluster_kubeconfig, info, known, node_client
 
 if TYPE_CHECKING:
     from kontinuum.lifecycle.kubernetes_upgrade import Step
@@ -119,12 +119,7 @@ def _converge(props: dict, olds: dict | None) -> dict:
         raise KontinuumError(f"zone {props.get('zone')}: no control plane handed out the cluster's kubeconfig, so the "
                              f"Kubernetes upgrade to {target} cannot watch its nodes. Bring a control plane back, then "
                              "run `pulumi up` again.")
-    clients: dict[str, object] = {}
-
-    def client_for(address: str):
-        if address not in clients:
-            clients[address] = node_client(props, address)
-        return clients[address]
+    client_for = client_cache(props)  # one TLS context per node for the whole step
 
     from kubernetes import client
 

@@ -109,6 +109,19 @@ def cluster_kubeconfig(props: dict, first: str | None = None) -> str | None:
     return None
 
 
+def client_cache(props: dict) -> Callable[[str], TalosClient]:
+    """node_client per address, made once and reused for a whole step (one TLS context per node,
+    not per call)."""
+    clients: dict[str, TalosClient] = {}
+
+    def client_for(address: str) -> TalosClient:
+        if address not in clients:
+            clients[address] = node_client(props, address)
+        return clients[address]
+
+    return client_for
+
+
 def kubeconfig_getter(props: dict) -> Callable[[], str | None]:
     """cluster_kubeconfig, fetched once and reused (a readiness wait asks many times); asked
     again while no control plane hands one out."""

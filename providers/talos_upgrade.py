@@ -21,7 +21,7 @@ from kontinuum.lifecycle import versions
 from kontinuum.talos.talosconfig import APID_PORT
 from providers.common import TypedResource, with_secret_outputs
 from providers.config_apply import ROLES
-from providers.talos_common import Inputs, info, known, kubeconfig_getter, node_client
+from providers.talos_common import Inputs, client_cache, info, known, kubeconfig_getter
 
 SECRET_OUTPUTS = ("talosconfig",)
 DRAIN_TIMEOUT = 300.0
@@ -82,12 +82,7 @@ def _converge(props: dict) -> dict:
         control_planes=tuple(props["controlPlanes"]), drain=bool(props["drain"]),
         allow_downgrade=bool(props["allowDowngrade"]), timeout=float(props["timeout"]),
         health_timeout=float(props["healthTimeout"]), drain_timeout=min(DRAIN_TIMEOUT, float(props["timeout"]) / 2))
-    clients: dict[str, object] = {}  # one TLS context per node for the whole step, not per call
-
-    def client_for(address: str):
-        if address not in clients:
-            clients[address] = node_client(props, address)
-        return clients[address]
+    client_for = client_cache(props)  # one TLS context per node for the whole step
 
     ctx = talos_upgrade.Context(
         client_for=client_for,
