@@ -98,8 +98,31 @@ def talosctl_run(zone, *args: str, config: str = "talosconfig", timeout: float =
 
 def ok(zone, *args: str, **kw) -> str:
     out = talosctl_run(zone, *args, **kw)
-    assert out.returncode == 0, f"talosctl {' '.join(args)} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}"
+    assert out.returncode == 0, (f"talosctl {' '.join(args)} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}\n"
+                                 f"{lab_view(zone, args[1] if args[:1] == ('-n',) else CP)}")
     return out.stdout + out.stderr
+
+
+def lab_view(zone, address: str) -> str:
+    """What the lab shows of a machine when talosctl gave up on it: its MachineStatus, its Node's
+    conditions, annotations and Lease, and the pods on it (a failed wait names its cause)."""
+    node = zone.lab.node(address)
+    lines = [f"lab view of {address}: mode={node.mode} boot={node.boot_id} node_ready={node.node_ready}"]
+    try:
+        k8s = zone.core.read_node(node.hostname, _request_timeout=T)
+        lines.append(f"Node annotations: {k8s.metadata.annotations}")
+        lines.append(f"Node bootID: {k8s.status.node_info.boot_id if k8s.status.node_info else None}")
+        lines += [f"  {c.type}={c.status} {c.reason}: {c.message}" for c in k8s.status.conditions or []]
+        lease = client.CoordinationV1Api(zone.core.api_client).read_namespaced_lease(
+            node.hostname, "kube-node-lease", _request_timeout=T)
+        lines.append(f"Lease holder={lease.spec.holder_identity} renewed={lease.spec.renew_time}")
+        pods = zone.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node.hostname}",
+                                                     _request_timeout=T).items
+        lines += [f"  pod {p.metadata.namespace}/{p.metadata.name} {p.status.phase} "
+                  f"{[(c.type, c.status) for c in p.status.conditions or []]}" for p in pods]
+    except Exception as e:  # noqa: BLE001 - a diagnostic must not hide the failure it explains
+        lines.append(f"(reading the apiserver failed: {e!r})")
+    return "\n".join(lines)
 
 
 def test_version_services_and_health(zone):
