@@ -114,7 +114,24 @@ def _static_pod_problem(labels: list, node: str, versions: dict[str, str | None]
     return None
 
 
-def problem(gate: Gate, target: Target, boot_before: str | None, left: float) -> str | None:
+class _KubeApi:
+    """One Kubernetes API client for a whole wait (built once the kubeconfig is known; its
+    connection pool reconnects when the apiserver comes back), closed when the wait ends."""
+
+    def __init__(self, kubeconfig: Callable[[], str | None]) -> None:
+        self._kubeconfig, self._api = kubeconfig, None
+
+    def core(self) -> client.CoreV1Api | None:
+        if self._api is None and (text := self._kubeconfig()) is not None:
+            self._api = api_client(text, retries=0)
+        return None if self._api is None else client.CoreV1Api(self._api)
+
+    def close(self) -> None:
+        if self._api is not None:
+            self._api.close()
+
+
+def problem(gate: Gate, target: Target, boot_before: str | None, left: float, kube: _KubeApi) -> str | None:
     """None when the node is back and ready; else the first thing that is not."""
     talos = gate.client_for(target.address)
     found, booted = talos_problem(talos, boot_before, left)
@@ -126,16 +143,13 @@ def problem(gate: Gate, target: Target, boot_before: str | None, left: float) ->
             versions = {c: cosi.static_pod_version(talos, c, timeout=min(left, 5.0)) for c in STATIC_PODS}
         except TalosError as e:
             return f"Talos API: {e.problem}"
-    kubeconfig = gate.kubeconfig()
-    if kubeconfig is None:
+    core = kube.core()
+    if core is None:
         return "the Kubernetes API is not reachable yet"
-    api = api_client(kubeconfig, retries=0)
     try:
-        found = kubernetes_problem(client.CoreV1Api(api), target, booted, versions)
+        found = kubernetes_problem(core, target, booted, versions)
     except Exception as e:  # any API failure while nodes come back is a "not yet"
         return f"the Kubernetes API does not answer ({describe_error(e)})"
-    finally:
-        api.close()
     if found or not target.control_plane:
         return found
     return etcd_health.problem(gate.client_for, list(gate.control_planes), left)
@@ -145,9 +159,10 @@ def wait_ready(gate: Gate, target: Target, *, boot_before: str | None, timeout: 
                started: float | None = None, log: Callable[[str], None] = lambda _: None) -> None:
     """Wait (bounded) until `target` is back from its reboot and ready; NodeNotReadyError names
     what was still not ready."""
+    kube = _KubeApi(gate.kubeconfig)
 
     def probe(left: float) -> None:
-        if (p := problem(gate, target, boot_before, left)) is not None:
+        if (p := problem(gate, target, boot_before, left, kube)) is not None:
             raise NotYet(p)
 
     begun = time.monotonic()
@@ -159,4 +174,6 @@ def wait_ready(gate: Gate, target: Target, *, boot_before: str | None, timeout: 
             f"{target.name} ({target.address}) is not ready after its reboot: {e.last} (waited {timeout:g} s). "
             "The nodes after it were not touched. Find why (talosctl -n <node> health, its console), then run "
             "`pulumi up` again: it resumes with this node.") from None
+    finally:
+        kube.close()
     log(f"{target.address}: ready again after {time.monotonic() - begun:.1f} s")

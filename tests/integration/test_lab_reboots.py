@@ -213,3 +213,35 @@ def test_a_live_cluster_ca_change_restarts_the_kubelet_without_a_reboot(zone):
     assert cosi_services(c)["kubelet"] == {"running": True, "healthy": True, "unknown": False}
     assert is_ready(core.read_node(worker.hostname, _request_timeout=T))
     knobs(kubelet_delay=0.5)
+
+
+def test_a_machine_reset_behind_our_back_leaves_its_node_unknown_and_every_pod_on_it_not_ready(zone):
+    """An operator's `talosctl reset` (not graceful, STATE and EPHEMERAL wiped): no kubelet is left
+    to say anything, so the node lifecycle controller marks the Node Unknown a grace period later
+    and every pod on it not Ready (MarkPodsNotReady), host-network ones too, and nothing the lab
+    runs makes any of them Ready again while the machine is down."""
+    lab, bundle, core = zone
+    worker = lab.node(WORKER)
+    name = worker.hostname
+    for i in range(2):
+        core.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"crash-{i}"},
+                                               "spec": {"nodeName": name, "hostNetwork": i % 2 == 1,
+                                                        "containers": [{"name": "app", "image": "lab.invalid/app:1"}]}},
+                                   _request_timeout=T)
+    wait_until("the pods on the worker Ready", lambda: all(
+        is_ready(core.read_namespaced_pod(f"crash-{i}", "default", _request_timeout=T)) for i in range(2)), 30)
+    worker_config = worker.config.raw
+    talos(bundle, WORKER).reset(graceful=False, system_partitions=("STATE", "EPHEMERAL"), timeout=30)
+    try:
+        def unknown_and_unready():
+            pods = [p for p in pods_on(core, name) if p.status.phase == "Running"]
+            ready = [p.metadata.name for p in pods if is_ready(p)]
+            status = ready_condition(core, name).status
+            return (status, ready) if status == "Unknown" and not ready else None
+        wait_until("the Node Unknown and its pods not Ready", unknown_and_unready, 90)
+        time.sleep(4)  # kwok renews every 3 s: nothing makes them Ready again while the machine is down
+        assert [p.metadata.name for p in pods_on(core, name) if is_ready(p)] == []
+    finally:
+        worker.wait_for("maintenance", 30)
+        TalosClient.maintenance(WORKER).apply_config(worker_config)
+        wait_until("the worker's Node Ready again", lambda: is_ready(core.read_node(name, _request_timeout=T)), 90)
