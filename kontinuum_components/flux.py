@@ -2,11 +2,13 @@
 
 Namespace → Flux Operator release (right after Cilium's release, not after its health gate:
 the operator runs on the host network and reaches the API through KubePrism, so it needs no
-pod network) → the credential Secrets and the retirement of unmanaged ones → FluxInstance
-`flux`, waited for until Ready. Only wiring: manifests come from kontinuum.kube.flux.
+pod network) → the credential Secrets → FluxInstance `flux`, waited for until Ready → the
+retirement of unmanaged credentials, once the sync has applied a revision from the current
+source (seed 002's order). Only wiring: manifests come from kontinuum.kube.flux.
 
 Removing `flux` from a zone deletes them in reverse: the FluxInstance first (the running
-operator's finalizer uninstalls Flux), then the Secrets, the release and the namespace.
+operator's finalizer uninstalls Flux), then the Secrets, the release and the namespace; with
+`handOver` (Git owns Flux) every one of them is retained instead, and Flux keeps running.
 """
 
 from __future__ import annotations
@@ -51,6 +53,14 @@ def release_args(f: Flux) -> dict:
     return args
 
 
+def handover_note(f: Flux) -> str:
+    """What stays in the cluster when a handed-over zone drops `flux` (seed 002's run-once mode)."""
+    kept = [f"namespace {f.namespace}", f"Helm release {f.namespace}/{RELEASE}", f"FluxInstance {f.namespace}/flux",
+            *(f"Secret {f.namespace}/{c.name}" for c in f.credentials)]
+    return ("flux.handOver: Git owns Flux after its bootstrap; this stack no longer changes the FluxInstance. "
+            f"Removing `flux` from the zone forgets these and leaves them running: {', '.join(kept)}.")
+
+
 class FluxHandOff(pulumi.ComponentResource):
     def __init__(self, name: str, *, cluster, flux: Flux, kubeconfig: pulumi.Input[str], after: list,
                  timeout: float, opts: pulumi.ResourceOptions | None = None):
@@ -59,10 +69,13 @@ class FluxHandOff(pulumi.ComponentResource):
         super().__init__("kontinuum:index:FluxHandOff", name, None, opts)
 
         def on_cluster(depends_on=None) -> pulumi.ResourceOptions:
-            return pulumi.ResourceOptions.merge(cluster.on_cluster(depends_on), pulumi.ResourceOptions(parent=self))
+            # handOver: Git owns Flux; dropping `flux` later forgets these records, deletes nothing.
+            return pulumi.ResourceOptions.merge(cluster.on_cluster(depends_on), pulumi.ResourceOptions(
+                parent=self, retain_on_delete=flux.hand_over or None))
 
-        ns = k8s.core.v1.Namespace(f"{name}-flux-namespace", metadata={"name": flux.namespace,
-                                                                      "labels": dict(kflux.MANAGED_BY)},
+        # No labels of ours: the operator's distribution labels this namespace (managed-by
+        # flux-operator), and two owners of one label fail every apply after a refresh.
+        ns = k8s.core.v1.Namespace(f"{name}-flux-namespace", metadata={"name": flux.namespace},
                                    opts=on_cluster(after))
         release = k8s.helm.v3.Release(f"{name}-flux-operator", k8s.helm.v3.ReleaseArgs(**release_args(flux)),
                                       opts=on_cluster([ns]))
@@ -72,13 +85,15 @@ class FluxHandOff(pulumi.ComponentResource):
             secrets.append(k8s.core.v1.Secret(
                 f"{name}-flux-credential-{md['name']}", metadata=md, type=manifest["type"],
                 string_data=pulumi.Output.secret(manifest["stringData"]), opts=on_cluster([ns])))
-        deps: list = [release, *secrets]
-        if flux.retired:
-            deps.append(RetiredCredentials(f"{name}-flux-retired-credentials", kubeconfig=kubeconfig,
-                                           namespace=flux.namespace, names=list(flux.retired),
-                                           opts=on_cluster([ns, *secrets])))
         instance = FluxInstance(f"{name}-flux-instance", kubeconfig=kubeconfig, manifest=instance_manifest(flux),
-                                timeout=timeout, revision=release.status.revision, opts=on_cluster(deps))
+                                timeout=timeout, revision=release.status.revision, hand_over=flux.hand_over,
+                                opts=on_cluster([release, *secrets]))
+        if flux.hand_over:
+            pulumi.log.info(handover_note(flux), resource=self)
+        if flux.retired:  # seed 002: only once Flux has run from the current source
+            RetiredCredentials(f"{name}-flux-retired-credentials", kubeconfig=kubeconfig, namespace=flux.namespace,
+                               names=list(flux.retired), source_kind=flux.active.kind, source_url=flux.active.url,
+                               timeout=timeout, opts=on_cluster([instance]))
         self.ready = instance.ready
         self.revision = instance.appliedRevision
         self.register_outputs({"ready": self.ready})

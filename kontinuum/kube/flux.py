@@ -70,6 +70,15 @@ def readiness(obj: dict | None) -> tuple[bool, str]:
     return False, text
 
 
+def read_instance(kubeconfig: str, namespace: str) -> dict | None:
+    """The live FluxInstance `flux` (None when it is gone), one bounded look."""
+    api = api_client(kubeconfig, retries=0)
+    try:
+        return _get(api, namespace)
+    finally:
+        api.close()
+
+
 def operator_problem(core: client.CoreV1Api, namespace: str) -> str | None:
     """Why the operator itself is not running, from its pods (e.g. the seed's ClusterIP timeout)."""
     pods = core.list_namespaced_pod(namespace, label_selector=OPERATOR_SELECTOR,

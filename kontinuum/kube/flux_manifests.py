@@ -7,7 +7,8 @@ Flux Operator. Pure, so the program builds them without a Kubernetes client.
 - instance_manifest: the FluxInstance `flux` (distribution, components, sync) and, with
   suspendApps, a patch on the generated sync Kustomization that makes kustomize-controller
   apply the named application Kustomizations with `spec.suspend: true`;
-- credential_secret: a credential in the layout Flux's source controllers read.
+- credential_secret: a credential in the layout Flux's source controllers read;
+- owned_view: what a live FluxInstance shows of the fields we set (drift on refresh).
 """
 
 from __future__ import annotations
@@ -82,3 +83,27 @@ def credential_secret(*, name: str, namespace: str, source_url: str | None, ssh_
                 "stringData": {".dockerconfigjson": config}}
     return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": meta,
             "stringData": {"username": user, "password": token or ""}}
+
+
+def owned_view(ours: dict, live: dict) -> dict:
+    """The live object projected onto the shape of `ours`: every key we set, with the live value
+    (absent keys are dropped, so a removed field is drift too). Fields others set (the API's
+    defaults, status, a person's additions next to ours) do not count."""
+    view = {}
+    for key, value in ours.items():
+        if key not in live:
+            continue
+        mine, theirs = value, live[key]
+        view[key] = owned_view(mine, theirs) if isinstance(mine, dict) and isinstance(theirs, dict) else theirs
+    return view
+
+
+def instance_view(ours: dict, live: dict) -> dict:
+    """owned_view for a FluxInstance: apiVersion, kind, name and namespace are ours by identity;
+    `spec.kustomize` (the suspendApps patch) counts even when we do not set it, since a patch
+    someone added there changes what Flux applies."""
+    view = owned_view(ours, live)
+    extra = (live.get("spec") or {}).get("kustomize")
+    if extra is not None and "kustomize" not in (ours.get("spec") or {}):
+        view.setdefault("spec", {})["kustomize"] = extra
+    return view

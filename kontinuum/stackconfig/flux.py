@@ -48,6 +48,7 @@ class Flux:
     retired: tuple[str, ...]
     suspend_apps: bool
     apps: tuple[str, ...]
+    hand_over: bool
     version: str
     registry: str
     components: tuple[str, ...]
@@ -145,6 +146,7 @@ def parse(raw: dict, path: str, region: str, zone: str, report: Report) -> Flux 
         source=source, fallback=fallback, use_fallback=bool(raw.get("useFallbackSource")),
         interval=raw.get("interval", fc.DEFAULT_INTERVAL), credentials=tuple(creds.values()), retired=retired,
         suspend_apps=bool(raw.get("suspendApps")), apps=tuple(raw.get("apps", fc.DEFAULT_APPS)),
+        hand_over=bool(raw.get("handOver")),
         version=dist.get("version", fc.DEFAULT_DISTRIBUTION_VERSION),
         registry=dist.get("registry", fc.DEFAULT_REGISTRY),
         components=tuple(dist.get("components", fc.DEFAULT_COMPONENTS)), chart=chart,

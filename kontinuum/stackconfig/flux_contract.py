@@ -107,6 +107,10 @@ FLUX = Obj({
                                "names of credential Secrets in the operator's namespace that this stack does not "
                                "manage (e.g. left by an earlier bootstrap, the seed's Gitea key) and that `pulumi up` "
                                "deletes; only those, never one still named in `credentials`"),
+    "handOver": Bool("Git owns Flux after its bootstrap (seed 002's run-once mode): once the FluxInstance is Ready, "
+                     "`pulumi up` no longer changes it nor reports it as drift, and removing `flux` from the zone then "
+                     "forgets the bootstrap objects without uninstalling Flux (namespace, operator release, FluxInstance "
+                     "and credential Secrets stay). See README, GitOps hand-off", default=False),
     "suspendApps": Bool("start with the application Kustomizations suspended, the infrastructure reconciled "
                         "(a rebuild); false resumes them. See README, GitOps hand-off", default=False),
     "apps": List(Str(format=SECRET_NAME), "names of the application Kustomizations (in the operator's namespace) "
@@ -128,4 +132,5 @@ FLUX = Obj({
     }, f"the Flux Operator chart; default `{DEFAULT_OPERATOR_CHART['repo']}/flux-operator` "
        f"{DEFAULT_OPERATOR_CHART['version']}", expand=False),
 }, "hand the zone to Flux (seed 002): the Flux Operator on the host network through KubePrism, installed right "
-   "after Cilium, then the FluxInstance `flux` syncing `source`. Absent: no Flux; removed: uninstalled")
+   "after Cilium, then the FluxInstance `flux` syncing `source`. Absent: no Flux; removed: uninstalled (kept running "
+   "with `handOver`)")
