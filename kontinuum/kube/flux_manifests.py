@@ -31,6 +31,17 @@ PRE_CNI_TOLERATIONS = [
 ]
 
 
+# Top-level value names the upstream chart documents (controlplaneio-fluxcd/charts,
+# charts/flux-operator/values.yaml, chart 0.49.0: the newest chart source readable here; no
+# artifact of the chart at the pinned 0.58.1 is reachable from this machine). Ours must be among them.
+UPSTREAM_CHART_VALUES = frozenset({
+    "nameOverride", "fullnameOverride", "multitenancy", "reporting", "web", "installCRDs", "commonAnnotations",
+    "commonLabels", "image", "priorityClassName", "apiPriority", "resources", "livenessProbe", "readinessProbe",
+    "serviceAccount", "rbac", "podSecurityContext", "securityContext", "affinity", "tolerations", "nodeSelector",
+    "hostNetwork", "extraVolumes", "extraEnvs", "extraArgs", "extraVolumeMounts", "logLevel", "serviceMonitor",
+    "service", "marketplace"})
+
+
 def operator_values() -> dict:
     """The seed's pre-CNI settings, under the upstream chart's value names."""
     return {

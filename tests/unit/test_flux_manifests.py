@@ -150,3 +150,16 @@ def test_lab_reads_whether_kube_proxy_serves_the_cluster_ip():
     docs = list(yaml.safe_load_all(raw))
     docs[0]["cluster"]["proxy"]["disabled"] = False
     assert read_cluster_config(yaml.safe_dump_all(docs).encode()).kube_proxy is True
+
+
+def test_our_operator_values_and_the_lab_chart_use_only_the_upstream_value_names():
+    """The upstream chart cannot be rendered here (no artifact reachable), so the names we set,
+    and those the lab's stand-in chart reads, are checked against its documented values."""
+    import yaml
+
+    from tests.unit.test_flux_config import ROOT
+
+    assert set(flux_manifests.operator_values()) <= flux_manifests.UPSTREAM_CHART_VALUES
+    lab_values = yaml.safe_load((ROOT / "lab/charts/flux-operator/values.yaml").read_text())
+    assert set(lab_values) <= flux_manifests.UPSTREAM_CHART_VALUES
+    assert lab_values["hostNetwork"] is False and lab_values["installCRDs"] is True  # the upstream defaults
