@@ -112,13 +112,6 @@ def _handler(node: EmulatedNode, method: Method) -> Any:
     return getattr(_OWNERS[owner](node) if owner else NodeApi(node), name)
 
 
-def _peer_certificate(stream: Any) -> bytes | None:
-    """DER of the verified client certificate. grpclib's Peer.cert() returns only the parsed
-    dict, which lacks ExtKeyUsage, so read the TLS object behind it (grpclib is pinned)."""
-    ssl_object = stream.peer._transport.get_extra_info("ssl_object")
-    return ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
-
-
 def _roles(node: EmulatedNode, method: Method, peer_der: bytes | None) -> frozenset[str]:
     """Who the caller is and whether this mode lets them make the call."""
     if node.mode == "maintenance":
@@ -280,7 +273,7 @@ class _NodeService:
             else:
                 request = await grpc_stream.recv_message()
             call = Call(roles=frozenset())
-            args = (node, method, request, grpc_stream.metadata, _peer_certificate(grpc_stream), call)
+            args = (node, method, request, grpc_stream.metadata, tls.peer_certificate(grpc_stream), call)
             if method.streaming:
                 async for message in stream(*args):
                     await grpc_stream.send_message(message)

@@ -20,9 +20,7 @@ def _handler(path: str) -> grpclib.const.Handler:
     service, _, method = path.strip("/").rpartition("/")
 
     async def refuse(stream: Any) -> None:
-        from lab.talos_node.rpc import _peer_certificate
-
-        der = _peer_certificate(stream)  # None on a maintenance node: no client certificates there
+        der = tls.peer_certificate(stream)  # None on a maintenance node: no client certificates there
         if der is not None and path in authz.RULES:
             identity = tls.client_identity(der)
             if not identity.client_auth_only or not authz.authorized(identity.roles, path):
