@@ -152,13 +152,17 @@ class S3Store:
     def get_json(self, name: str) -> dict | None:
         from botocore.exceptions import ClientError
 
+        def read() -> bytes | None:
+            try:
+                return self.client.get_object(Bucket=self.location.bucket, Key=self._key(name))["Body"].read()
+            except ClientError as e:
+                if (e.response.get("Error") or {}).get("Code") in ("NoSuchKey", "404"):
+                    return None
+                raise
+
+        body = self._call("reading", read)
         try:
-            body = self.client.get_object(Bucket=self.location.bucket, Key=self._key(name))["Body"].read()
-            return json.loads(body)
-        except ClientError as e:
-            if (e.response.get("Error") or {}).get("Code") in ("NoSuchKey", "404"):
-                return None
-            return self._call("reading", lambda: (_ for _ in ()).throw(e))
+            return json.loads(body) if body is not None else None
         except ValueError:
             return None
 

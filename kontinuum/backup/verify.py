@@ -58,15 +58,16 @@ def verify(access: ZoneAccess, store, name: str, *, timeout: float = scratch_etc
     """Verify backup `name` of `store`, record the result beside it and return the record; a
     failed verification raises BackupError after recording it."""
     at = now or dt.datetime.now(dt.timezone.utc)
-    checked = None
+    checked, fetched = None, False
     try:
         with store.local(name) as path:
+            fetched = path.exists()
             checked = restore.verify(path, access)
             log(f"verify {store.describe(name)}: sealed file intact ({checked.size} bytes of snapshot); restoring "
                 "it into a scratch etcd")
             proof = scratch_etcd.prove(_plaintext(path, access.require_key()), timeout=timeout, address=address)
     except BackupError as e:
-        if checked is not None or "is refused" in str(e):  # the file is there but does not hold up: say so
+        if fetched:  # the file is there but does not hold up: say so beside it
             store.put_json(files.verified_name(name), record(name, ok=False, at=at, checked=checked, problem=str(e)))
         raise
     doc = record(name, ok=True, at=at, proof=proof, checked=checked)
