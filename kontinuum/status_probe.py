@@ -59,6 +59,8 @@ def observe(deployment: dict, stack: str, zone: str, *, timeout: float, now: dt.
                   "the etcd CA": renewal.expiry(bundle.etcd.crt),
                   "the admin talosconfig": renewal.expiry(talosconfig.parse(access.talosconfig).crt),
                   "the admin kubeconfig": renewal.expiry(renewal.kubeconfig_cert(admin))}
+    if access.backup_talosconfig:
+        o.expiries["the backup talosconfig"] = renewal.expiry(talosconfig.parse(access.backup_talosconfig).crt)
     nodes = [*access.control_planes, *access.workers]
     with ThreadPoolExecutor(max_workers=min(8, len(nodes))) as pool:
         o.talos = dict(zip(nodes, pool.map(lambda n: _version(access, n, timeout), nodes)))

@@ -104,6 +104,7 @@ class Zone(pulumi.ComponentResource):
                             destination=resolve_destination(zone.backup.destination, Path.cwd()),
                             keep=zone.backup.keep, on_up=zone.backup.on_up, secrets_yaml=cluster.secrets_yaml,
                             control_planes=cluster.control_plane_addresses, talos_port=zone.talos_port,
+                            renew_before_days=zone.renew_before_days,
                             opts=pulumi.ResourceOptions(parent=self,
                                                         depends_on=[cluster.control_plane_ready_resource]))
         self.backup_talosconfig = backup.backupTalosconfig  # os:etcd:backup only, a secret

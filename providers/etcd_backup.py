@@ -1,6 +1,7 @@
 """EtcdBackup: a zone's backup key (issued once, a secret, never printed), its backup credential
-(a talosconfig with the `os:etcd:backup` role only, a secret, reissued before it expires, after a
-CA rotation or when the control planes change) and, with `backup.onUp`, one etcd snapshot per
+(a talosconfig with the `os:etcd:backup` role only, a secret, reissued within
+certificates.renewBefore days of its expiry, after a CA rotation or when the control planes
+change) and, with `backup.onUp`, one etcd snapshot per
 `pulumi up` (kontinuum/backup/take.py) into the zone's destination (a folder or an S3 bucket).
 
 With onUp the diff always reports a change: every up takes a backup, and a preview says so.
@@ -19,12 +20,18 @@ from kontinuum.backup import credential, sealed
 from providers.common import TypedResource, with_secret_outputs
 from providers.talos_common import Inputs, info, known
 
-SETTINGS = ("cluster", "stack", "destination", "keep", "onUp", "secretsYaml", "controlPlanes", "talosPort")
+SETTINGS = ("cluster", "stack", "destination", "keep", "onUp", "secretsYaml", "controlPlanes", "talosPort",
+            "renewBeforeDays")
 SECRET_OUTPUTS = ("key", "secretsYaml", "backupTalosconfig")
 
 
+def _renew_before(props: dict) -> float:
+    value = props.get("renewBeforeDays")
+    return float(value) if isinstance(value, (int, float)) else credential.RENEW_BEFORE_DAYS
+
+
 def _credential(props: dict, held: str | None) -> dict:
-    if credential.stale(held, props["secretsYaml"], props["controlPlanes"]):
+    if credential.stale(held, props["secretsYaml"], props["controlPlanes"], _renew_before(props)):
         held = credential.issue(props["cluster"], props["secretsYaml"], props["controlPlanes"])
     from kontinuum.talos import renewal, talosconfig
 
@@ -59,7 +66,8 @@ class EtcdBackupProvider(ResourceProvider):
     def diff(self, _id, olds, news):
         changed = [k for k in SETTINGS if olds.get(k) != news.get(k)]
         renew = not changed and known(news.get("secretsYaml")) and known(news.get("controlPlanes")) and \
-            credential.stale(olds.get("backupTalosconfig"), news["secretsYaml"], news["controlPlanes"])
+            credential.stale(olds.get("backupTalosconfig"), news["secretsYaml"], news["controlPlanes"],
+                             _renew_before(news))
         return DiffResult(changes=bool(changed) or renew or bool(news.get("onUp")), replaces=[])
 
     def create(self, props):
@@ -88,9 +96,9 @@ class EtcdBackup(TypedResource, module="etcd", name="EtcdBackup"):
 
     def __init__(self, resource_name: str, *, cluster: str, stack: str, destination: str, keep: int, on_up: bool,
                  secrets_yaml: pulumi.Input[str], control_planes: pulumi.Input[list], talos_port: int,
-                 opts: pulumi.ResourceOptions | None = None):
+                 renew_before_days: float = 30.0, opts: pulumi.ResourceOptions | None = None):
         props = {"cluster": cluster, "stack": stack, "destination": destination, "keep": keep, "onUp": on_up,
                  "secretsYaml": pulumi.Output.secret(secrets_yaml), "controlPlanes": control_planes,
-                 "talosPort": talos_port, "key": None, "lastBackup": None, "backupTalosconfig": None,
+                 "talosPort": talos_port, "renewBeforeDays": renew_before_days, "key": None, "lastBackup": None, "backupTalosconfig": None,
                  "backupTalosconfigExpires": None}
         super().__init__(EtcdBackupProvider(), resource_name, props, with_secret_outputs(opts, *SECRET_OUTPUTS))

@@ -13,7 +13,7 @@ from kontinuum.talos import pki, renewal, secrets, talosconfig
 
 ROLE = "os:etcd:backup"
 LIFETIME = dt.timedelta(days=talosconfig.CLIENT_CERT_DAYS)
-RENEW_BEFORE_DAYS = 30.0
+RENEW_BEFORE_DAYS = 30.0  # the default of certificates.renewBefore
 
 
 def issue(cluster: str, secrets_yaml: str, control_planes: list[str], now: dt.datetime | None = None) -> str:
@@ -21,7 +21,8 @@ def issue(cluster: str, secrets_yaml: str, control_planes: list[str], now: dt.da
     return text
 
 
-def stale(text: str | None, secrets_yaml: str, control_planes: list[str]) -> bool:
+def stale(text: str | None, secrets_yaml: str, control_planes: list[str],
+          renew_before_days: float = RENEW_BEFORE_DAYS) -> bool:
     """Reissue when missing, due for renewal, for other control planes, or from another CA than
     the zone's current Talos API CA (after a CA rotation)."""
     if not text:
@@ -34,4 +35,4 @@ def stale(text: str | None, secrets_yaml: str, control_planes: list[str]) -> boo
         cert.verify_directly_issued_by(issuer)
     except Exception:  # noqa: BLE001 - unreadable or not issued by the current CA: issue a new one
         return True
-    return held.endpoints != list(control_planes) or renewal.due(held.crt, RENEW_BEFORE_DAYS)
+    return held.endpoints != list(control_planes) or renewal.due(held.crt, renew_before_days)

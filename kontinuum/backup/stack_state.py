@@ -2,8 +2,8 @@
 `stack export --show-secrets` (secrets are held in memory only, never printed or written).
 
 From the state: the region (stack output), the zone's TalosSecrets (control-plane endpoints;
-talosconfig and secrets bundle as its CaRotation hands them on), its EtcdBackup (key, backup credential, destination, keep) and the worker
-addresses of its ConfigApply resources.
+talosconfig and secrets bundle as its CaRotation hands them on), its EtcdBackup (key, backup
+credential, destination, keep) and the worker addresses of its ConfigApply resources.
 """
 
 from __future__ import annotations

@@ -303,7 +303,7 @@ ZONE = Obj({
     "talosPort": Int("Talos API port", default=50000, minimum=1, maximum=65535),
     "certificates": Obj({
         "renewBefore": Num("days before expiry at which `pulumi up` renews the admin talosconfig and kubeconfig "
-                           "client certificates (issued locally from the zone's CAs; no node is touched)",
+                           "and the backup talosconfig (issued locally from the zone's CAs; no node is touched)",
                            default=RENEW_BEFORE_DAYS, minimum=0),
         "rotate": Obj({
             "talos": Str("token of the Talos API CA rotation; changing it starts one"),

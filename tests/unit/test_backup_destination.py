@@ -94,6 +94,7 @@ def test_the_backup_credential_is_os_etcd_backup_only_and_renewed_when_stale():
     assert credential.stale(cred, secrets.dump(secrets.generate()), ["10.0.0.1"])  # another (rotated) CA
     soon = credential.issue("eu-a", BUNDLE, ["10.0.0.1"], now=dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=350))
     assert credential.stale(soon, BUNDLE, ["10.0.0.1"])  # within 30 days of expiry
+    assert not credential.stale(soon, BUNDLE, ["10.0.0.1"], renew_before_days=10)  # certificates.renewBefore
     assert credential.stale(None, BUNDLE, ["10.0.0.1"])
 
 

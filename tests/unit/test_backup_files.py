@@ -139,7 +139,7 @@ def test_zone_access_from_a_stack_export():
 def test_backup_resource_updates_on_every_up_only_with_on_up():
     p = EtcdBackupProvider()
     props = {"cluster": "eu-a", "destination": "/b", "keep": 7, "onUp": False, "key": "k", "secretsYaml": BUNDLE,
-             "controlPlanes": ["10.0.0.1"]}
+             "renewBeforeDays": 30, "controlPlanes": ["10.0.0.1"]}
     created = p.create({**props}).outs
     assert len(created["key"]) == 44 and "lastBackup" not in created
     held = {**props, "backupTalosconfig": created["backupTalosconfig"]}
@@ -147,5 +147,6 @@ def test_backup_resource_updates_on_every_up_only_with_on_up():
     assert p.diff("eu-a", held, {**props, "keep": 3}).changes
     assert p.diff("eu-a", {**held, "onUp": True}, {**props, "onUp": True}).changes
     assert p.diff("eu-a", props, dict(props)).changes  # state of an older version: no credential yet
+    assert p.diff("eu-a", held, {**props, "renewBeforeDays": 400}).changes  # a changed renewBefore is an update
     assert p.update("eu-a", {**held, "key": "old"}, props).outs["key"] == "old"
 
