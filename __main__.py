@@ -84,3 +84,6 @@ pulumi.export("zones", {name: {"url": zone.url, "ready": zone.ready, "identityTh
                                "kubeconfigExpires": zone.kubeconfig_expires}
                         for name, zone in zones.items()})
 pulumi.export("kubeconfigs", pulumi.Output.secret({name: zone.kubeconfig for name, zone in zones.items()}))
+# Per zone, the backup job's talosconfig: the os:etcd:backup role only (README: etcd backup and restore).
+pulumi.export("backupTalosconfigs",
+              pulumi.Output.secret({name: zone.backup_talosconfig for name, zone in zones.items()}))

@@ -36,7 +36,11 @@ class Observation:
     expiries: dict[str, dt.datetime] = field(default_factory=dict)  # credential -> notAfter
     backup_at: dt.datetime | None = None
     backup_path: str | None = None
-    backup_verified: bool | None = None
+    backup_verified: bool | None = None  # the newest backup was verified to restore
+    backup_problem: str | None = None  # the destination could not be listed
+    verified_path: str | None = None  # the newest backup verified to restore
+    verified_at: dt.datetime | None = None  # when that one was taken
+    verified_checked_at: dt.datetime | None = None  # when it was verified
 
 
 @dataclass
@@ -51,8 +55,9 @@ class ZoneStatus:
         out["state"] = LEVELS[self.level]
         for k, v in list(out["observation"]["expiries"].items()):
             out["observation"]["expiries"][k] = v.isoformat()
-        if self.observation.backup_at:
-            out["observation"]["backup_at"] = self.observation.backup_at.isoformat()
+        for name in ("backup_at", "verified_at", "verified_checked_at"):
+            if getattr(self.observation, name):
+                out["observation"][name] = getattr(self.observation, name).isoformat()
         return out
 
 
@@ -86,7 +91,9 @@ def judge(o: Observation, *, now: dt.datetime, renew_before: dt.timedelta, backu
         elif when - renew_before <= now:
             found.append(Finding(WARNING, f"{name} expires on {when:%Y-%m-%d} (within {renew_before.days} d): "
                                           "`pulumi up` renews what the stack issues"))
-    if o.backup_at is None:
+    if o.backup_problem:
+        found.append(Finding(WARNING, f"the backups cannot be listed: {o.backup_problem}"))
+    elif o.backup_at is None:
         found.append(Finding(WARNING, "no backup of this zone was found"))
     elif now - o.backup_at > backup_max_age:
         found.append(Finding(WARNING, f"the newest backup is {_age(now - o.backup_at)} old ({o.backup_path})"))
@@ -97,6 +104,18 @@ def judge(o: Observation, *, now: dt.datetime, renew_before: dt.timedelta, backu
 def _age(delta: dt.timedelta) -> str:
     hours = delta.total_seconds() / 3600
     return f"{hours:.0f} h" if hours < 72 else f"{hours / 24:.0f} d"
+
+
+def backup_text(o: Observation, now: dt.datetime) -> str:
+    """"5 h old, verified", or "5 h old; newest verified 30 h old", "none"."""
+    if o.backup_at is None:
+        return "unreadable" if o.backup_problem else "none"
+    text = _age(now - o.backup_at) + " old"
+    if o.backup_verified:
+        return text + ", verified"
+    if o.verified_at is not None:
+        return f"{text}; newest verified {_age(now - o.verified_at)} old"
+    return text + ", none verified"
 
 
 def next_expiry(o: Observation) -> str:
@@ -118,8 +137,7 @@ def markdown(stack: str, region: str | None, zones: list[ZoneStatus], *, now: dt
         talos = ", ".join(sorted({v for v in o.talos.values() if v})) or "?"
         kubelets = ", ".join(sorted({k for _, k in o.nodes.values() if k})) or "?"
         ready = f"{sum(r for r, _ in o.nodes.values())}/{len(o.nodes)}" if o.nodes else "?"
-        backup = _age(now - o.backup_at) + " old" + (", verified" if o.backup_verified else "") if o.backup_at \
-            else "none"
+        backup = backup_text(o, now)
         lines.append(f"| `{z.cluster}` | {LEVELS[z.level]} | {talos} | {kubelets} | {ready} | {next_expiry(o)} | "
                      f"{backup} |")
     for z in zones:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from kubernetes import client
 
-from kontinuum.backup.files import backups, zone_directory
+from kontinuum.backup import files, store as stores
+from kontinuum.backup.verify import newest
 from kontinuum.backup.stack_state import resource_name, resource_props, zone_access, zone_kubeconfig
 from kontinuum.errors import KontinuumError
 from kontinuum.fleet_status import Observation
@@ -24,7 +25,6 @@ from kontinuum.talos import renewal, secrets, talosconfig
 from kontinuum.talos.errors import TalosError
 
 TLS_SECRET = "kontinuum-tls"  # the zone footprint's certificate (kontinuum_components/downstream.py)
-VERIFIED_SUFFIX = ".verified.json"  # what a verified backup carries beside it
 
 
 def zones_of(deployment: dict) -> tuple[str | None, list[str]]:
@@ -59,6 +59,8 @@ def observe(deployment: dict, stack: str, zone: str, *, timeout: float, now: dt.
                   "the etcd CA": renewal.expiry(bundle.etcd.crt),
                   "the admin talosconfig": renewal.expiry(talosconfig.parse(access.talosconfig).crt),
                   "the admin kubeconfig": renewal.expiry(renewal.kubeconfig_cert(admin))}
+    if access.backup_talosconfig:
+        o.expiries["the backup talosconfig"] = renewal.expiry(talosconfig.parse(access.backup_talosconfig).crt)
     nodes = [*access.control_planes, *access.workers]
     with ThreadPoolExecutor(max_workers=min(8, len(nodes))) as pool:
         o.talos = dict(zip(nodes, pool.map(lambda n: _version(access, n, timeout), nodes)))
@@ -66,7 +68,7 @@ def observe(deployment: dict, stack: str, zone: str, *, timeout: float, now: dt.
         o.etcd_problem = etcd_health.problem(access.client, list(access.control_planes), timeout)
     _kubernetes(o, admin, timeout)
     if settings is not None:
-        _backup(o, zone_directory(settings.directory, stack, access.cluster))
+        _backup(o, stores.for_zone(settings.destination, stack, access.cluster))
     return o
 
 
@@ -98,14 +100,19 @@ def _kubernetes(o: Observation, kubeconfig: str, timeout: float) -> None:
         api.close()
 
 
-def _backup(o: Observation, folder: Path) -> None:
-    found = backups(folder, o.cluster)
-    if not found:
+def _backup(o: Observation, store) -> None:
+    """The newest backup and the newest one verified to restore, in a folder or a bucket."""
+    try:
+        latest, verified, verified_at = newest(store, o.cluster)
+    except KontinuumError as e:
+        o.backup_problem = str(e)
         return
-    newest = found[-1]
-    o.backup_path = str(newest)
-    o.backup_at = dt.datetime.fromtimestamp(newest.stat().st_mtime, dt.timezone.utc)
-    o.backup_verified = newest.with_name(newest.name + VERIFIED_SUFFIX).exists()
+    if latest:
+        o.backup_path, o.backup_at = store.describe(latest), files.taken_at(latest)
+        o.backup_verified = latest == verified
+    if verified:
+        o.verified_path, o.verified_at = store.describe(verified), files.taken_at(verified)
+        o.verified_checked_at = verified_at
 
 
 def observe_stack(deployment: dict, stack: str, *, timeout: float, now: dt.datetime) -> tuple[str | None, list]:

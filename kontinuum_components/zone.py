@@ -13,6 +13,7 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
+from kontinuum.backup.destination import resolve as resolve_destination
 from kontinuum.hub.crds import LABEL_LOST, LABEL_REGION, LABEL_ZONE
 from kontinuum.naming import instance_name
 from kontinuum.stackconfig import model, specs
@@ -99,11 +100,14 @@ class Zone(pulumi.ComponentResource):
                                                   retain_on_delete=zone.skip_unreachable_cluster))
 
         # The zone's backup key, and with backup.onUp a snapshot per up once the control plane is ready.
-        EtcdBackup(f"{name}-etcd-backup", cluster=name, stack=pulumi.get_stack(),
-                   directory=str(Path.cwd() / zone.backup.directory), keep=zone.backup.keep, on_up=zone.backup.on_up,
-                   talosconfig=cluster.talosconfig, secrets_yaml=cluster.secrets_yaml,
-                   control_planes=cluster.control_plane_addresses, talos_port=zone.talos_port,
-                   opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster.control_plane_ready_resource]))
+        backup = EtcdBackup(f"{name}-etcd-backup", cluster=name, stack=pulumi.get_stack(),
+                            destination=resolve_destination(zone.backup.destination, Path.cwd()),
+                            keep=zone.backup.keep, on_up=zone.backup.on_up, secrets_yaml=cluster.secrets_yaml,
+                            control_planes=cluster.control_plane_addresses, talos_port=zone.talos_port,
+                            renew_before_days=zone.renew_before_days,
+                            opts=pulumi.ResourceOptions(parent=self,
+                                                        depends_on=[cluster.control_plane_ready_resource]))
+        self.backup_talosconfig = backup.backupTalosconfig  # os:etcd:backup only, a secret
 
         self.url = pulumi.Output.from_input(zone_url(region, zone.zone, hub))
         self.addresses, self.dns_records = footprint.addresses, footprint.dns_records

@@ -49,6 +49,26 @@ def _answers(address: str, port: int) -> bool:
         return False
 
 
+def _wait_for_bucket(server: S3Server, proc: subprocess.Popen, deadline: float, log: Path) -> None:
+    """weed mini creates `-bucket` shortly after its S3 port opens: wait until the bucket answers."""
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    s3 = boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1", aws_access_key_id=server.access_key,
+                      aws_secret_access_key=server.secret_key,
+                      config=Config(connect_timeout=2, read_timeout=5, retries={"max_attempts": 1},
+                                    s3={"addressing_style": "path"}))
+    while True:
+        try:
+            s3.head_bucket(Bucket=server.bucket)
+            return
+        except (BotoCoreError, ClientError):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"weed mini did not create bucket {server.bucket}: {log.read_text()[-2000:]}")
+            time.sleep(0.3)
+
+
 @contextmanager
 def running_s3(state: Path, *, address: str, bucket: str = "kontinuum-state", ttl: float = 1800):
     weed = shutil.which("weed")
@@ -74,6 +94,7 @@ def running_s3(state: Path, *, address: str, bucket: str = "kontinuum-state", tt
                 raise RuntimeError(f"weed mini did not serve S3 on {address}:{S3_PORT}: "
                                    f"{(state / 'weed.log').read_text()[-2000:]}")
             time.sleep(0.5)
+        _wait_for_bucket(server, proc, deadline, state / "weed.log")
         yield server
     finally:
         try:

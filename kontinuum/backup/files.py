@@ -1,10 +1,13 @@
 """Where backup files go, what they are called and how many are kept.
 
-    <directory>/<stack>/<region>-<zone>/<region>-<zone>-<UTC YYYYmmddTHHMMSSZ>.etcd.sealed
+    <destination>/<stack>/<region>-<zone>/<region>-<zone>-<UTC YYYYmmddTHHMMSSZ>.etcd.sealed
+    … beside it, once verified: <that name>.verified.json
 
-The UTC time in the name sorts as text, so "newest N" is a sort by name. A file being written
-is `<name>.part` and is renamed into place only after the whole snapshot passed its checks; a
-`.part` left by a killed run is removed by the next backup of that zone.
+The destination is a folder or an S3 bucket (store.py). The UTC time in the name sorts as text,
+so "newest N" is a sort by name and the name says when it was taken, wherever it is stored. A
+file being written is `<name>.part` (a folder) or a local staging copy (a bucket) and is put in
+place only after the whole snapshot passed its checks; a `.part` left by a killed run is removed
+by the next backup of that zone.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import re
 from pathlib import Path
 
 SUFFIX = ".etcd.sealed"
+VERIFIED_SUFFIX = ".verified.json"  # the record `backup --verify` leaves beside a file
 DEFAULT_DIRECTORY = ".state/backups"  # relative to the Pulumi project folder; git ignores .state/
 DEFAULT_KEEP = 7
 
@@ -28,6 +32,35 @@ def file_name(cluster: str, when: dt.datetime) -> str:
 
 def _pattern(cluster: str) -> re.Pattern:
     return re.compile(rf"^{re.escape(cluster)}-\d{{8}}T\d{{6}}Z{re.escape(SUFFIX)}$")
+
+
+def finished(names: list[str], cluster: str) -> list[str]:
+    """The zone's finished backup files among `names`, oldest first."""
+    pattern = _pattern(cluster)
+    return sorted(n for n in names if pattern.match(n))
+
+
+def taken_at(name: str) -> dt.datetime:
+    """When the snapshot in a backup file of ours was taken (its name says so)."""
+    stamp = name[: -len(SUFFIX)].rsplit("-", 1)[-1]
+    return dt.datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.timezone.utc)
+
+
+def verified_name(name: str) -> str:
+    return name + VERIFIED_SUFFIX
+
+
+def prune_store(store, cluster: str, keep: int) -> list[str]:
+    """Delete all but the newest `keep` backups (and their verification records) in a store."""
+    names = store.names()
+    found = finished(names, cluster)
+    gone = []
+    for name in found[: max(0, len(found) - keep)]:
+        store.delete(name)
+        gone.append(store.describe(name))
+        if verified_name(name) in names:
+            store.delete(verified_name(name))
+    return gone
 
 
 def backups(folder: Path, cluster: str) -> list[Path]:

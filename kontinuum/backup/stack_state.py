@@ -2,14 +2,13 @@
 `stack export --show-secrets` (secrets are held in memory only, never printed or written).
 
 From the state: the region (stack output), the zone's TalosSecrets (control-plane endpoints;
-talosconfig and secrets bundle as its CaRotation hands them on), its EtcdBackup (key, directory, keep) and the worker
-addresses of its ConfigApply resources.
+talosconfig and secrets bundle as its CaRotation hands them on), its EtcdBackup (key, backup
+credential, destination, keep) and the worker addresses of its ConfigApply resources.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from kontinuum.backup.zone import BackupError, ZoneAccess
 from kontinuum.recover import secret_value
@@ -20,7 +19,7 @@ STACK_TYPE = "pulumi:pulumi:Stack"
 
 @dataclass(frozen=True)
 class BackupSettings:
-    directory: Path
+    destination: str  # a folder or an s3:// URL
     keep: int
 
 
@@ -61,11 +60,13 @@ def zone_access(deployment: dict, stack: str, zone: str) -> tuple[ZoneAccess, Ba
     access = ZoneAccess(cluster=cluster, talosconfig=str(s.get("talosconfig") or ""),
                         secrets_yaml=str(s.get("secretsYaml") or ""),
                         control_planes=tuple(str(a) for a in s.get("endpoints") or []),
-                        workers=tuple(sorted(workers)), talos_port=int(port or APID_PORT), key=backup.get("key"))
+                        workers=tuple(sorted(workers)), talos_port=int(port or APID_PORT), key=backup.get("key"),
+                        backup_talosconfig=str(backup.get("backupTalosconfig") or ""))
     if not access.talosconfig or not access.secrets_yaml or not access.control_planes:
         raise BackupError(f"zone {cluster}: the state holds no talosconfig, secrets or control planes for it yet "
                           "(run `pulumi up` first)")
-    settings = BackupSettings(Path(backup["directory"]), int(backup["keep"])) if backup.get("directory") else None
+    where = backup.get("destination") or backup.get("directory")  # `directory`: state of older versions
+    settings = BackupSettings(str(where), int(backup["keep"])) if where else None
     return access, settings
 
 

@@ -7,14 +7,10 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from kontinuum.errors import KontinuumError
+from kontinuum.backup.errors import BackupError  # noqa: F401 - where callers have always found it
 from kontinuum.talos import pki, renewal, secrets, talosconfig
 from kontinuum.talos.client import TalosClient
 from kontinuum.talos.talosconfig import APID_PORT
-
-
-class BackupError(KontinuumError):
-    """A backup or restore cannot go on; the message names the zone, the node and what to do."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +37,7 @@ class ZoneAccess:
     workers: tuple[str, ...] = ()
     talos_port: int = APID_PORT
     key: str | None = field(default=None, repr=False)  # the zone's backup key (base64)
+    backup_talosconfig: str = field(default="", repr=False)  # os:etcd:backup only (credential.py)
 
     def client(self, node: str) -> TalosClient:
         """An os:admin client for `node`. A held certificate about to expire (no `pulumi up` renewed
@@ -49,6 +46,14 @@ class ZoneAccess:
         if renewal.due(config.crt, 1):
             fresh = renewal.renew_talosconfig_cert(secrets.load(self.secrets_yaml, check_rsa=False).os)
             config.crt, config.key = fresh.crt, fresh.key
+        return TalosClient.from_talosconfig(config, node=node, endpoint=node, port=self.talos_port)
+
+    def backup_client(self, node: str) -> TalosClient:
+        """The client a backup uses: the zone's os:etcd:backup certificate, never the admin one."""
+        if not self.backup_talosconfig:
+            raise BackupError(f"zone {self.cluster}: the stack holds no backup credential (os:etcd:backup) for it "
+                              "yet; run `pulumi up` once (the zone's EtcdBackup resource issues it)")
+        config = talosconfig.parse(self.backup_talosconfig)
         return TalosClient.from_talosconfig(config, node=node, endpoint=node, port=self.talos_port)
 
     def identity(self) -> Identity:

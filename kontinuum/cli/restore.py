@@ -1,4 +1,4 @@
-"""`python -m kontinuum restore --stack S --zone Z --snapshot FILE [--force] [--dry-run]`:
+"""`python -m kontinuum restore --stack S --zone Z --snapshot FILE|S3-URL [--force] [--dry-run]`:
 Talos's etcd disaster recovery for one zone from a file `backup` wrote (kontinuum/backup/
 restore.py): everything about the file is checked first, a healthy etcd is refused unless
 --force, the plan is printed before anything is done, and running it again resumes."""
@@ -13,7 +13,8 @@ from pathlib import Path
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stack", "-s", required=True, help="the stack (region)")
     parser.add_argument("--zone", "-z", required=True, help="the zone, as in kontinuum:zones")
-    parser.add_argument("--snapshot", required=True, type=Path, help="a file written by `python -m kontinuum backup`")
+    parser.add_argument("--snapshot", required=True, help="a file written by `python -m kontinuum backup`: its path "
+                        "or its s3://<bucket>/<key>?endpoint=… URL")
     parser.add_argument("--cwd", "-C", type=Path, default=None, help="the Pulumi project folder (default: here)")
     parser.add_argument("--force", action="store_true", help="restore even though the zone's etcd is healthy")
     parser.add_argument("--dry-run", action="store_true", help="check the file and the zone, print the plan, do nothing")
@@ -24,6 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kontinuum.backup.restore import restore
+    from kontinuum.backup.store import for_file
     from kontinuum.backup.stack_state import zone_access
     from kontinuum.errors import KontinuumError
     from kontinuum.recover import export
@@ -36,8 +38,10 @@ def run(args: argparse.Namespace) -> int:
             log(f"restore: stack {args.stack} does not exist")
             return 1
         access, _ = zone_access(exported.get("deployment") or {}, args.stack, args.zone)
-        restore(access, args.snapshot.resolve(), force=args.force, dry_run=args.dry_run, log=log,
-                lost=lost_machines(args.config_file or stack_file(cwd, args.stack), args.zone))
+        store, name = for_file(args.snapshot)
+        with store.local(name) as path:  # a bucket's file: a private local copy, removed afterwards
+            restore(access, path, force=args.force, dry_run=args.dry_run, log=log,
+                    lost=lost_machines(args.config_file or stack_file(cwd, args.stack), args.zone))
     except KontinuumError as e:
         log(f"restore: {e}")
         return 1

@@ -10,6 +10,7 @@ import ipaddress
 import re
 from urllib.parse import urlsplit
 
+from kontinuum.backup import destination as backup_destination
 from kontinuum.backup.files import DEFAULT_DIRECTORY as BACKUP_DIRECTORY
 from kontinuum.backup.files import DEFAULT_KEEP as BACKUP_KEEP
 from kontinuum.talos import support
@@ -159,6 +160,7 @@ PEM = Format("PEM", _pem_problem, r"-----BEGIN CERTIFICATE-----")
 DNS_SERVER = Format("host[:port]", lambda v: None if not _host_problem(v) else _host_port_problem(v) and
                     "must be an address or host name, optionally with :port (53 by default)")
 NON_EMPTY = Format("string", lambda v: "must not be empty" if not v.strip() else None, r"\S")
+BACKUP_DESTINATION = Format("folder or s3:// URL", backup_destination.problem, r"\S")
 DEFAULT_INSTALLER = "ghcr.io/siderolabs/installer"
 REPOSITORY = Format("image repository", lambda v: None if re.match(r"^[^\s:@]+(:\d+)?(/[^\s:@]+)+$", v) else
                     "must be an image repository without tag or digest (the talosVersion is the tag), e.g. "
@@ -301,7 +303,7 @@ ZONE = Obj({
     "talosPort": Int("Talos API port", default=50000, minimum=1, maximum=65535),
     "certificates": Obj({
         "renewBefore": Num("days before expiry at which `pulumi up` renews the admin talosconfig and kubeconfig "
-                           "client certificates (issued locally from the zone's CAs; no node is touched)",
+                           "and the backup talosconfig (issued locally from the zone's CAs; no node is touched)",
                            default=RENEW_BEFORE_DAYS, minimum=0),
         "rotate": Obj({
             "talos": Str("token of the Talos API CA rotation; changing it starts one"),
@@ -318,9 +320,13 @@ ZONE = Obj({
     "backup": Obj({
         "onUp": Bool("take an etcd snapshot on every `pulumi up` (the zone's EtcdBackup resource then updates on "
                      "every run); `python -m kontinuum backup` takes one on demand either way", default=False),
-        "directory": Str("where the encrypted snapshot files go, relative to the project folder: "
-                         "`<directory>/<stack>/<region>-<zone>/` (README: etcd backup and restore)",
-                         default=BACKUP_DIRECTORY, format=NON_EMPTY),
+        "destination": Str("where the encrypted snapshot files go: a folder (relative to the project folder) or an "
+                           "S3-compatible bucket, `s3://<bucket>[/<prefix>]?endpoint=<URL>&use_path_style=true&"
+                           "region=<region>` (the parameters of the state backend's URL; credentials from the "
+                           "standard AWS environment variables or profile, never from the URL); files go to "
+                           "`<destination>/<stack>/<region>-<zone>/` (README: etcd backup and restore)",
+                           default=BACKUP_DIRECTORY, format=BACKUP_DESTINATION),
+        "directory": Str("older name of `destination` for a folder; give one of the two", format=NON_EMPTY),
         "keep": Int("newest snapshot files kept per zone (older ones are deleted after each backup)",
                     default=BACKUP_KEEP, minimum=1),
     }, "etcd snapshots of the zone, encrypted with the zone's backup key (a Pulumi secret)"),

@@ -56,7 +56,7 @@ class Pool:
 @dataclass(frozen=True)
 class Backup:
     on_up: bool = False
-    directory: str = BACKUP_DIRECTORY
+    destination: str = BACKUP_DIRECTORY  # a folder (relative to the project folder) or an s3:// URL
     keep: int = BACKUP_KEEP
 
 

@@ -151,7 +151,7 @@ def _zone(raw: dict, path: str, errs: _Errors, region: str = "") -> Zone | None:
         talos_port=raw.get("talosPort", 50000), teardown_wipe=teardown.get("wipe", "state"),
         ingress=ingress, dns=dns, upgrade=upgrade, flux=handoff,
         max_unavailable=raw.get("rollout", {}).get("maxUnavailable", 1),
-        backup=Backup(on_up=backup.get("onUp", False), directory=backup.get("directory", BACKUP_DIRECTORY),
+        backup=Backup(on_up=backup.get("onUp", False), destination=_backup_destination(backup, path, errs),
                       keep=backup.get("keep", BACKUP_KEEP)),
         renew_before_days=raw.get("certificates", {}).get("renewBefore", RENEW_BEFORE_DAYS),
         rotate=dict(raw.get("certificates", {}).get("rotate") or {}),
@@ -299,3 +299,10 @@ def parse(raw: dict, *, secret_keys: frozenset[str] | None = None) -> StackConfi
         raise ConfigErrors(errs)
     assert stack is not None
     return stack
+
+
+def _backup_destination(backup: dict, path: str, errs) -> str:
+    """`backup.destination`, or its older name `directory`; not both."""
+    if "destination" in backup and "directory" in backup:
+        errs.add(f"{path}.backup.directory", "give `destination` or its older name `directory`, not both")
+    return backup.get("destination") or backup.get("directory") or BACKUP_DIRECTORY

@@ -93,6 +93,8 @@ class NodeApi:
         node = self.node
         if node.mode == "maintenance":
             return self._apply_in_maintenance(call, request)
+        if "os:admin" not in call.roles:  # authz lets os:reader through for maintenance mode only
+            raise GRPCError(Status.PERMISSION_DENIED, "not authorized")
         if node.reboot_applied_at == node.boots and _has_apply_guard(node.talos_version):
             raise GRPCError(Status.FAILED_PRECONDITION, "configuration was already applied and node is rebooting, "
                                                         "cannot apply more configuration changes until next reboot")

@@ -9,7 +9,8 @@ Admission follows apid and machined (facts §2, §7, §8):
   methods "method X not implemented", ClusterService "unknown service";
 - configured mode takes roles from the client certificate's Organization values, requires its
   ExtKeyUsage to be exactly ClientAuth, and answers PermissionDenied "not authorized" to a
-  role the method does not allow;
+  role the method does not allow (Talos's own table, authz.py; also for the methods the lab
+  does not serve, before their Unimplemented);
 - `node` proxies one-to-one and `nodes` fans out (unary replies aggregated, each message's
   metadata.hostname set, a failed target reported in metadata.error), both only to nodes
   of the same Lab; COSI refuses `nodes`; maintenance mode does no forwarding at all.
@@ -26,7 +27,7 @@ from google.protobuf import empty_pb2
 from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 
-from lab.talos_node import dial, tls
+from lab.talos_node import authz, dial, tls
 from lab.talos_node.api import NodeApi
 from lab.talos_node.call import Call
 from lab.talos_node.cosi_api import CosiApi
@@ -41,8 +42,6 @@ from protos.gen.common import common_pb2
 from protos.gen.machine import image_pb2, lifecycle_pb2, machine_pb2
 from protos.gen.v1alpha1 import state_pb2
 
-ADMIN = frozenset({"os:admin"})
-READ = frozenset({"os:admin", "os:operator", "os:reader"})
 MAINTENANCE_ROLES = frozenset({"os:reader"})
 
 # How maintenance mode treats a method.
@@ -56,7 +55,6 @@ class Method:
     handler: str  # a NodeApi method, or `<owner>.<method>` of an API in _OWNERS
     request: type
     reply: type
-    roles: frozenset[str]
     maintenance: str
     streaming: bool = False  # server stream
     client_streaming: bool = False  # client stream: the handler gets the list of request messages
@@ -66,38 +64,43 @@ class Method:
         return f"/{self.service}/{self.name}"
 
     @property
+    def roles(self) -> frozenset[str]:
+        """Who may call it: Talos's own table (authz.py)."""
+        return authz.allowed(self.path)
+
+    @property
     def cosi(self) -> bool:
         return self.service.startswith("cosi.")
 
 
 _M = machine_pb2
 METHODS = [
-    Method("machine.MachineService", "ApplyConfiguration", "apply_configuration", _M.ApplyConfigurationRequest, _M.ApplyConfigurationResponse, ADMIN, SERVE),
-    Method("machine.MachineService", "Bootstrap", "bootstrap", _M.BootstrapRequest, _M.BootstrapResponse, ADMIN, NOT_IMPLEMENTED),
-    Method("machine.MachineService", "EtcdMemberList", "etcd_member_list", _M.EtcdMemberListRequest, _M.EtcdMemberListResponse, READ | {"os:etcd:backup"}, NOT_IMPLEMENTED),
-    Method("machine.MachineService", "EtcdRemoveMemberByID", "etcd_remove_member_by_id", _M.EtcdRemoveMemberByIDRequest, _M.EtcdRemoveMemberByIDResponse, ADMIN, NOT_IMPLEMENTED),
-    Method("machine.MachineService", "EtcdLeaveCluster", "etcd_leave_cluster", _M.EtcdLeaveClusterRequest, _M.EtcdLeaveClusterResponse, ADMIN, NOT_IMPLEMENTED),
-    Method("machine.MachineService", "EtcdSnapshot", "etcd_snapshot", _M.EtcdSnapshotRequest, common_pb2.Data, ADMIN | {"os:operator", "os:etcd:backup"}, NOT_IMPLEMENTED, streaming=True),
-    Method("machine.MachineService", "EtcdRecover", "etcd_recover", common_pb2.Data, _M.EtcdRecoverResponse, ADMIN, NOT_IMPLEMENTED, client_streaming=True),
-    Method("machine.MachineService", "ImagePull", "upgrades.legacy_image_pull", _M.ImagePullRequest, _M.ImagePullResponse, ADMIN | {"os:operator"}, NOT_IMPLEMENTED),
-    Method("machine.MachineService", "Kubeconfig", "kubeconfig", empty_pb2.Empty, common_pb2.Data, ADMIN, NOT_IMPLEMENTED, streaming=True),
-    Method("machine.MachineService", "Reset", "reset", _M.ResetRequest, _M.ResetResponse, ADMIN, ADMIN_ONLY),
-    Method("machine.MachineService", "ServiceList", "service_list", empty_pb2.Empty, _M.ServiceListResponse, READ, NOT_IMPLEMENTED),
-    Method("machine.MachineService", "Upgrade", "upgrade", _M.UpgradeRequest, _M.UpgradeResponse, ADMIN, ADMIN_ONLY),
-    Method("machine.MachineService", "Version", "version", empty_pb2.Empty, _M.VersionResponse, READ, ADMIN_ONLY),
-    Method("machine.MachineService", "Read", "upgrades.read", _M.ReadRequest, common_pb2.Data, ADMIN, NOT_IMPLEMENTED, streaming=True),
-    Method("machine.MachineService", "Reboot", "events.reboot", _M.RebootRequest, _M.RebootResponse, ADMIN | {"os:operator"}, NOT_IMPLEMENTED),
-    Method("machine.MachineService", "Events", "events.events", _M.EventsRequest, _M.Event, READ, NOT_IMPLEMENTED, streaming=True),
-    Method("machine.MachineService", "EtcdStatus", "etcd.etcd_status", empty_pb2.Empty, _M.EtcdStatusResponse, READ | {"os:etcd:backup"}, NOT_IMPLEMENTED),
-    Method("machine.MachineService", "EtcdAlarmList", "etcd.etcd_alarm_list", empty_pb2.Empty, _M.EtcdAlarmListResponse, READ | {"os:etcd:backup"}, NOT_IMPLEMENTED),
-    Method("machine.MachineService", "Logs", "logs.logs", _M.LogsRequest, common_pb2.Data, READ, NOT_IMPLEMENTED, streaming=True),
-    Method("machine.MachineService", "Dmesg", "logs.dmesg", _M.DmesgRequest, common_pb2.Data, READ, NOT_IMPLEMENTED, streaming=True),
-    Method("machine.ImageService", "Pull", "upgrades.image_pull", image_pb2.ImageServicePullRequest, image_pb2.ImageServicePullResponse, ADMIN | {"os:operator"}, UNKNOWN_SERVICE, streaming=True),
-    Method("machine.LifecycleService", "Upgrade", "upgrades.lifecycle_upgrade", lifecycle_pb2.LifecycleServiceUpgradeRequest, lifecycle_pb2.LifecycleServiceUpgradeResponse, ADMIN, UNKNOWN_SERVICE, streaming=True),
-    Method("cluster.ClusterService", "HealthCheck", "health_check", cluster_pb2.HealthCheckRequest, cluster_pb2.HealthCheckProgress, READ, UNKNOWN_SERVICE, streaming=True),
-    Method("cosi.resource.State", "Get", "cosi.cosi_get", state_pb2.GetRequest, state_pb2.GetResponse, READ, SERVE),
-    Method("cosi.resource.State", "List", "cosi.cosi_list", state_pb2.ListRequest, state_pb2.ListResponse, READ, SERVE, streaming=True),
-    Method("cosi.resource.State", "Watch", "cosi_watch.cosi_watch", state_pb2.WatchRequest, state_pb2.WatchResponse, READ, SERVE, streaming=True),
+    Method("machine.MachineService", "ApplyConfiguration", "apply_configuration", _M.ApplyConfigurationRequest, _M.ApplyConfigurationResponse, SERVE),
+    Method("machine.MachineService", "Bootstrap", "bootstrap", _M.BootstrapRequest, _M.BootstrapResponse, NOT_IMPLEMENTED),
+    Method("machine.MachineService", "EtcdMemberList", "etcd_member_list", _M.EtcdMemberListRequest, _M.EtcdMemberListResponse, NOT_IMPLEMENTED),
+    Method("machine.MachineService", "EtcdRemoveMemberByID", "etcd_remove_member_by_id", _M.EtcdRemoveMemberByIDRequest, _M.EtcdRemoveMemberByIDResponse, NOT_IMPLEMENTED),
+    Method("machine.MachineService", "EtcdLeaveCluster", "etcd_leave_cluster", _M.EtcdLeaveClusterRequest, _M.EtcdLeaveClusterResponse, NOT_IMPLEMENTED),
+    Method("machine.MachineService", "EtcdSnapshot", "etcd_snapshot", _M.EtcdSnapshotRequest, common_pb2.Data, NOT_IMPLEMENTED, streaming=True),
+    Method("machine.MachineService", "EtcdRecover", "etcd_recover", common_pb2.Data, _M.EtcdRecoverResponse, NOT_IMPLEMENTED, client_streaming=True),
+    Method("machine.MachineService", "ImagePull", "upgrades.legacy_image_pull", _M.ImagePullRequest, _M.ImagePullResponse, NOT_IMPLEMENTED),
+    Method("machine.MachineService", "Kubeconfig", "kubeconfig", empty_pb2.Empty, common_pb2.Data, NOT_IMPLEMENTED, streaming=True),
+    Method("machine.MachineService", "Reset", "reset", _M.ResetRequest, _M.ResetResponse, ADMIN_ONLY),
+    Method("machine.MachineService", "ServiceList", "service_list", empty_pb2.Empty, _M.ServiceListResponse, NOT_IMPLEMENTED),
+    Method("machine.MachineService", "Upgrade", "upgrade", _M.UpgradeRequest, _M.UpgradeResponse, ADMIN_ONLY),
+    Method("machine.MachineService", "Version", "version", empty_pb2.Empty, _M.VersionResponse, ADMIN_ONLY),
+    Method("machine.MachineService", "Read", "upgrades.read", _M.ReadRequest, common_pb2.Data, NOT_IMPLEMENTED, streaming=True),
+    Method("machine.MachineService", "Reboot", "events.reboot", _M.RebootRequest, _M.RebootResponse, NOT_IMPLEMENTED),
+    Method("machine.MachineService", "Events", "events.events", _M.EventsRequest, _M.Event, NOT_IMPLEMENTED, streaming=True),
+    Method("machine.MachineService", "EtcdStatus", "etcd.etcd_status", empty_pb2.Empty, _M.EtcdStatusResponse, NOT_IMPLEMENTED),
+    Method("machine.MachineService", "EtcdAlarmList", "etcd.etcd_alarm_list", empty_pb2.Empty, _M.EtcdAlarmListResponse, NOT_IMPLEMENTED),
+    Method("machine.MachineService", "Logs", "logs.logs", _M.LogsRequest, common_pb2.Data, NOT_IMPLEMENTED, streaming=True),
+    Method("machine.MachineService", "Dmesg", "logs.dmesg", _M.DmesgRequest, common_pb2.Data, NOT_IMPLEMENTED, streaming=True),
+    Method("machine.ImageService", "Pull", "upgrades.image_pull", image_pb2.ImageServicePullRequest, image_pb2.ImageServicePullResponse, UNKNOWN_SERVICE, streaming=True),
+    Method("machine.LifecycleService", "Upgrade", "upgrades.lifecycle_upgrade", lifecycle_pb2.LifecycleServiceUpgradeRequest, lifecycle_pb2.LifecycleServiceUpgradeResponse, UNKNOWN_SERVICE, streaming=True),
+    Method("cluster.ClusterService", "HealthCheck", "health_check", cluster_pb2.HealthCheckRequest, cluster_pb2.HealthCheckProgress, UNKNOWN_SERVICE, streaming=True),
+    Method("cosi.resource.State", "Get", "cosi.cosi_get", state_pb2.GetRequest, state_pb2.GetResponse, SERVE),
+    Method("cosi.resource.State", "List", "cosi.cosi_list", state_pb2.ListRequest, state_pb2.ListResponse, SERVE, streaming=True),
+    Method("cosi.resource.State", "Watch", "cosi_watch.cosi_watch", state_pb2.WatchRequest, state_pb2.WatchResponse, SERVE, streaming=True),
 ]
 _OWNERS = {"upgrades": UpgradeApi, "events": EventsApi, "etcd": EtcdStatusApi, "logs": LogsApi, "cosi": CosiApi,
            "cosi_watch": CosiWatchApi}
@@ -107,13 +110,6 @@ def _handler(node: EmulatedNode, method: Method) -> Any:
     """The bound handler on `node`: a NodeApi method, or one of an API in _OWNERS (`owner.x`)."""
     owner, _, name = method.handler.rpartition(".")
     return getattr(_OWNERS[owner](node) if owner else NodeApi(node), name)
-
-
-def _peer_certificate(stream: Any) -> bytes | None:
-    """DER of the verified client certificate. grpclib's Peer.cert() returns only the parsed
-    dict, which lacks ExtKeyUsage, so read the TLS object behind it (grpclib is pinned)."""
-    ssl_object = stream.peer._transport.get_extra_info("ssl_object")
-    return ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
 
 
 def _roles(node: EmulatedNode, method: Method, peer_der: bytes | None) -> frozenset[str]:
@@ -277,7 +273,7 @@ class _NodeService:
             else:
                 request = await grpc_stream.recv_message()
             call = Call(roles=frozenset())
-            args = (node, method, request, grpc_stream.metadata, _peer_certificate(grpc_stream), call)
+            args = (node, method, request, grpc_stream.metadata, tls.peer_certificate(grpc_stream), call)
             if method.streaming:
                 async for message in stream(*args):
                     await grpc_stream.send_message(message)

@@ -78,3 +78,10 @@ def client_identity(der: bytes) -> ClientIdentity:
     except x509.ExtensionNotFound:
         usages = []
     return ClientIdentity(roles, usages == [ExtendedKeyUsageOID.CLIENT_AUTH])
+
+
+def peer_certificate(stream) -> bytes | None:
+    """DER of a gRPC stream's verified client certificate. grpclib's Peer.cert() returns only the
+    parsed dict, which lacks ExtKeyUsage, so read the TLS object behind it (grpclib is pinned)."""
+    ssl_object = stream.peer._transport.get_extra_info("ssl_object")
+    return ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None

@@ -1,15 +1,20 @@
-"""Day 2 on a zone the real engine brought up (issue 18), one lab and one stack:
-- etcd backup and restore through the operator CLI: `python -m kontinuum backup` reads the zone
-  from the stack's state, `restore` refuses a healthy etcd, `--force` brings the snapshot back,
-  the next `pulumi up` changes nothing but what `backup.onUp` asks for: one backup per up;
+"""Day 2 on a zone the real engine brought up (issues 18 and 30), one lab and one stack:
+- the zone's backup credential (os:etcd:backup) takes an etcd snapshot with the real talosctl
+  and is refused everything else;
+- etcd backup and restore through the operator CLI: `python -m kontinuum backup --verify` reads
+  the zone from the stack's state, ships the sealed snapshot to an S3 bucket (SeaweedFS) and
+  proves it restores in a scratch etcd, `status` reports it verified, `restore` refuses a healthy
+  etcd, `--force` brings the snapshot back from the bucket, the next `pulumi up` changes nothing
+  but what `backup.onUp` asks for: one backup per up, into the bucket;
 - then both CAs rotated by changing `certificates.rotate`: the preview lists the phases, the up
   is killed mid-rotation and resumed, the Kubernetes API answers throughout, old credentials are
   refused and the stack's new ones work, and a second up changes nothing.
-Its own lab: node 127.0.42.11, hub 127.0.0.42."""
+Its own lab: node 127.0.42.11, hub 127.0.0.42; the bucket on 127.0.66.42."""
 
 from __future__ import annotations
 
 import json
+import os
 import ssl
 import subprocess
 import sys
@@ -21,7 +26,7 @@ import pytest
 import yaml
 from kubernetes import client, config as kconfig
 
-from kontinuum.backup import files
+from kontinuum.backup import files, store
 from kontinuum.talos import secrets
 from kontinuum.talos import talosconfig as tc
 from kontinuum.talos.pki import CertKey
@@ -29,11 +34,13 @@ from kontinuum.talos.client import TalosClient
 from kontinuum.talos.errors import TalosError
 from lab.process import wait_until
 from lab.pulumi_cli import ROOT
+from lab.s3 import running_s3
 from tests.e2e import kills
 from tests.e2e.cluster_lab import events, new_stack, output, ready, write_config, zone
 from tests.e2e.labs import running_lab
 
 NODE = "127.0.42.11"
+S3_ADDRESS = "127.0.66.42"  # the backup bucket's SeaweedFS
 T = 10
 
 
@@ -42,6 +49,16 @@ def lab(tools_bin, tmp_path_factory):
     with running_lab(tmp_path_factory.mktemp("backup-lab"), nodes=1, first_address=NODE,
                      hub_address="127.0.0.42") as state:
         yield state
+
+
+@pytest.fixture(scope="module")
+def s3(tools_bin, tmp_path_factory):
+    with running_s3(tmp_path_factory.mktemp("backup-s3"), address=S3_ADDRESS, bucket="kontinuum-backups") as server:
+        saved = {k: os.environ.get(k) for k in server.env()}
+        os.environ.update(server.env())  # this process lists the bucket too
+        yield server
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
 
 def cli(stack, *args: str) -> subprocess.CompletedProcess:
@@ -54,29 +71,35 @@ def configmaps(core: client.CoreV1Api) -> set[str]:
             if c.metadata.name.startswith("dr-")}
 
 
-def test_backup_restore_and_backup_on_up(lab, tmp_path):
-    backups = tmp_path / "backups"
-    z = {**zone("dr", [NODE]), "backup": {"directory": str(backups), "keep": 2}}
+def test_backup_restore_and_backup_on_up(lab, s3, tmp_path):
+    destination = f"s3://{s3.bucket}/fleet?endpoint={s3.endpoint}&s3ForcePathStyle=true&region=us-east-1"
+    z = {**zone("dr", [NODE]), "backup": {"destination": destination, "keep": 2}}
     stack = new_stack(tmp_path, lab, z)
+    stack.extra_env.update(s3.env())  # the standard AWS variables, for the CLI and the on-up backup
     stack.up()
     assert ready(stack, "dr")
-    folder = files.zone_directory(backups, stack.name, "e2e-dr")
-    assert files.backups(folder, "e2e-dr") == []  # no onUp: no backup yet
+    bucket = store.for_zone(destination, stack.name, "e2e-dr")
+    assert bucket.names() == []  # no onUp: no backup yet
+    backup_credential_takes_snapshots_only(stack, tmp_path)
 
     kubeconfig = stack.outputs(show_secrets=True)["kubeconfigs"]["dr"]
     api = kconfig.new_client_from_config_dict(yaml.safe_load(kubeconfig))
     core = client.CoreV1Api(api)
     core.create_namespaced_config_map("default", {"metadata": {"name": "dr-a"}}, _request_timeout=T)
-    taken = cli(stack, "backup")
+    taken = cli(stack, "backup", "--verify")  # shipped to the bucket, then restored into a scratch etcd
     assert taken.returncode == 0, output(taken)
-    path = taken.stdout.strip()
-    assert files.backups(folder, "e2e-dr") == [folder / path.rsplit("/", 1)[-1]]
-    assert "BEGIN" not in output(taken)  # no key or certificate printed
+    url = taken.stdout.strip()
+    name = url.split("?")[0].rsplit("/", 1)[-1]
+    assert url.startswith(f"s3://{s3.bucket}/fleet/{stack.name}/e2e-dr/") and "&region=us-east-1" in url, url
+    assert bucket.names() == [name, files.verified_name(name)]
+    assert "read back" in taken.stderr and "/registry/namespaces/kube-system" in taken.stderr, output(taken)
+    assert "BEGIN" not in output(taken) and s3.secret_key not in output(taken)  # no key, certificate or secret
+    assert status_of(stack, tmp_path)["verified_path"] == url
     core.create_namespaced_config_map("default", {"metadata": {"name": "dr-b"}}, _request_timeout=T)
 
-    refused = cli(stack, "restore", "--snapshot", path)
+    refused = cli(stack, "restore", "--snapshot", url)
     assert refused.returncode == 1 and "etcd is healthy on 127.0.42.11" in refused.stderr, output(refused)
-    restored = cli(stack, "restore", "--snapshot", path, "--force")
+    restored = cli(stack, "restore", "--snapshot", url, "--force")  # straight from the bucket
     assert restored.returncode == 0, output(restored)
     assert "1. wipe etcd data" in restored.stderr and "done; etcd is back" in restored.stderr
     api.close()
@@ -86,7 +109,7 @@ def test_backup_restore_and_backup_on_up(lab, tmp_path):
     api.close()
 
     # The restore changed nothing the stack holds: switching onUp on, the next up updates the
-    # backup resource (which takes a backup) and nothing else.
+    # backup resource (which takes a backup, into the bucket) and nothing else.
     write_config(stack, lab, {**z, "backup": {**z["backup"], "onUp": True}})
     log = tmp_path / "events.jsonl"
     stack.up(f"--event-log={log}")
@@ -94,10 +117,37 @@ def test_backup_restore_and_backup_on_up(lab, tmp_path):
                if (meta := (e.get("resOutputsEvent") or {}).get("metadata") or {}) and meta.get("op") != "same"
                and "::pulumi:providers:" not in meta["urn"]}  # the engine's provider bookkeeping
     assert changed == {"e2e-dr-etcd-backup": "update"}, changed
-    kept = files.backups(folder, "e2e-dr")
-    assert len(kept) == 2 and kept[0].name == path.rsplit("/", 1)[-1], kept  # the CLI's and the up's
+    kept = files.finished(bucket.names(), "e2e-dr")
+    assert len(kept) == 2 and kept[0] == name, kept  # the CLI's and the up's
     assert ready(stack, "dr")
     rotate_both_cas(stack, lab, z, tmp_path)  # the same zone, to keep the suite short
+
+
+def status_of(stack, tmp_path) -> dict:
+    """`status --json`'s observation of the zone (its backups read from the bucket)."""
+    out = tmp_path / "status.json"
+    done = subprocess.run([sys.executable, "-m", "kontinuum", "status", "--stack", stack.name, "--json", str(out)],
+                          cwd=ROOT, env=stack.env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode in (0, 1), output(done)
+    return json.loads(out.read_text())[0]["zones"][0]["observation"]
+
+
+def backup_credential_takes_snapshots_only(stack, tmp_path) -> None:
+    """The stack's backup talosconfig, used with the real talosctl: an etcd snapshot, and nothing else."""
+    config = tmp_path / "backup.talosconfig"
+    config.write_text(stack.outputs(show_secrets=True)["backupTalosconfigs"]["dr"])
+    config.chmod(0o600)
+
+    def talosctl(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["talosctl", "--talosconfig", str(config), "-n", NODE, "-e", NODE, *args],
+                              capture_output=True, text=True, timeout=60)
+
+    snap = talosctl("etcd", "snapshot", str(tmp_path / "etcd.db"))
+    assert snap.returncode == 0 and "snapshot info: hash" in snap.stdout, output(snap)
+    for refused in (("version",), ("service",), ("kubeconfig", str(tmp_path / "kc")), ("get", "machineconfig"),
+                    ("service", "etcd", "restart"), ("dmesg",)):
+        said = talosctl(*refused)
+        assert said.returncode != 0 and "PermissionDenied" in output(said), (refused, output(said))
 
 
 # --- CA rotation --------------------------------------------------------------------------------

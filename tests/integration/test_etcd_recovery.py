@@ -15,7 +15,7 @@ import pytest
 import yaml
 from kubernetes import client, config as kconfig
 
-from kontinuum.backup import files, sealed
+from kontinuum.backup import credential, files, sealed
 from kontinuum.backup.restore import Bounds, restore, verify
 from kontinuum.backup.take import take
 from kontinuum.backup.zone import BackupError, ZoneAccess
@@ -76,7 +76,8 @@ def zone(tools, tmp_path_factory):
         for a in CPS:
             lab.node(a).wait_for("configured", 10)
         access = ZoneAccess(cluster=CLUSTER, talosconfig=admin(bundle), secrets_yaml=secrets.dump(bundle),
-                            control_planes=tuple(CPS), key=sealed.new_key())
+                            control_planes=tuple(CPS), key=sealed.new_key(),
+                            backup_talosconfig=credential.issue(CLUSTER, secrets.dump(bundle), CPS))
         access.client(CPS[0]).bootstrap()
         kubeconfig = wait_until("the kubeconfig", lambda: access.client(CPS[1]).kubeconfig(), 60)
         api = kconfig.new_client_from_config_dict(yaml.safe_load(kubeconfig))
@@ -107,17 +108,18 @@ def test_backup_wipe_restore_brings_back_the_snapshot(zone):
     folder = files.zone_directory(work / "backups", "eu", CLUSTER)
     for i in range(3):  # keep=2: the oldest goes
         taken = take(access, folder, keep=2, now=dt.datetime(2026, 12, 1, 6, 0, i, tzinfo=dt.timezone.utc))
-    assert taken.path.name.startswith(f"{CLUSTER}-") and taken.path.name.endswith(".etcd.sealed")
-    assert taken.size % 512 == 32 and taken.path.stat().st_mode & 0o777 == 0o600
+    path = Path(taken.path)  # a folder destination: the file itself
+    assert path.name.startswith(f"{CLUSTER}-") and path.name.endswith(".etcd.sealed")
+    assert taken.size % 512 == 32 and path.stat().st_mode & 0o777 == 0o600
     assert [p.name for p in files.backups(folder, CLUSTER)] == [f"{CLUSTER}-20261201T060001Z.etcd.sealed",
                                                                   f"{CLUSTER}-20261201T060002Z.etcd.sealed"]
     assert not list(folder.glob("*.part"))
-    assert b"dr-a" not in taken.path.read_bytes()  # sealed: no plaintext key names on disk
+    assert b"dr-a" not in path.read_bytes()  # sealed: no plaintext key names on disk
     configmap(core, "dr-b")
     assert configmaps(core) == {"dr-a", "dr-b"}
 
     with pytest.raises(BackupError, match=r"etcd is healthy on .*--force"):
-        restore(access, taken.path, bounds=BOUNDS, log=lambda m: None)
+        restore(access, path, bounds=BOUNDS, log=lambda m: None)
     assert resets(lab) == 0
 
     # The disaster: two of three control planes lose their etcd data, so etcd loses its quorum.
@@ -129,7 +131,7 @@ def test_backup_wipe_restore_brings_back_the_snapshot(zone):
     wait_until("the lab's control plane to stop with etcd's quorum", lambda: not mgr.runners, 60)
 
     said: list[str] = []
-    restore(access, taken.path, bounds=BOUNDS, log=said.append)
+    restore(access, path, bounds=BOUNDS, log=said.append)
     plan = said[0]
     assert "1. wipe etcd data" in plan and f"of: {CPS[2]} (already wiped: {CPS[0]}, {CPS[1]})" in plan, plan
     assert lab.node(CPS[2]).calls.get("Reset") == 1 and resets(lab) == 3  # the two of the disaster + one
@@ -145,7 +147,7 @@ def test_backup_wipe_restore_brings_back_the_snapshot(zone):
 
     # Run again: the restore finished, so etcd is healthy and a second run refuses.
     with pytest.raises(BackupError, match="healthy"):
-        restore(access, taken.path, bounds=BOUNDS, log=lambda m: None)
+        restore(access, path, bounds=BOUNDS, log=lambda m: None)
 
 
 def test_bad_files_and_bad_zones_are_refused_before_anything_is_wiped(zone, tmp_path):

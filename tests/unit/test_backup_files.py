@@ -11,6 +11,7 @@ import struct
 import pytest
 
 from kontinuum.backup import files, sealed
+from kontinuum.talos import secrets
 from kontinuum.backup.snapshot import SnapshotCheck, SnapshotInvalid, check
 from kontinuum.backup.stack_state import zone_access
 from kontinuum.backup.zone import BackupError
@@ -24,6 +25,7 @@ def snapshot(pages: int = 4) -> bytes:
     return bytes(db) + hashlib.sha256(db).digest()
 
 
+BUNDLE = secrets.dump(secrets.generate())
 HEADER = sealed.Header(zone="eu-a", created="2026-12-01T06:00:00Z", key_id="", cluster_id_sha256="c" * 64,
                        etcd_ca_sha256="e" * 64, node="10.0.0.1")
 
@@ -124,22 +126,27 @@ def test_zone_access_from_a_stack_export():
         res(dyn, "eu-a-1a2b3c4d", cluster, role="worker", address="10.0.0.9", talosPort=50001),
         res(dyn, "eu-a-5e6f7a8b", cluster, role="controlplane", address="10.0.0.1", talosPort=50001),
         res("kontinuum:index:Zone$pulumi-python:dynamic:Resource", "eu-a-etcd-backup", key="k",
-            directory="/b", keep=3),
+            directory="/b", keep=3, backupTalosconfig="btc"),
     ]}
     access, settings = zone_access(deployment, "eu", "a")
     assert (access.cluster, access.talosconfig, access.control_planes, access.workers, access.talos_port,
             access.key) == ("eu-a", "tc", ("10.0.0.1", "10.0.0.2"), ("10.0.0.9",), 50001, "k")
-    assert (str(settings.directory), settings.keep) == ("/b", 3)
+    assert (settings.destination, settings.keep, access.backup_talosconfig) == ("/b", 3, "btc")  # older state
     with pytest.raises(BackupError, match=r"stack eu has no zone 'b' \(zones in its state: a\)"):
         zone_access(deployment, "eu", "b")
 
 
 def test_backup_resource_updates_on_every_up_only_with_on_up():
     p = EtcdBackupProvider()
-    props = {"cluster": "eu-a", "directory": "/b", "keep": 7, "onUp": False, "key": "k"}
-    assert not p.diff("eu-a", props, dict(props)).changes
-    assert p.diff("eu-a", props, {**props, "keep": 3}).changes
-    assert p.diff("eu-a", {**props, "onUp": True}, {**props, "onUp": True}).changes
+    props = {"cluster": "eu-a", "destination": "/b", "keep": 7, "onUp": False, "key": "k", "secretsYaml": BUNDLE,
+             "renewBeforeDays": 30, "controlPlanes": ["10.0.0.1"]}
     created = p.create({**props}).outs
     assert len(created["key"]) == 44 and "lastBackup" not in created
-    assert p.update("eu-a", {**props, "key": "old"}, props).outs["key"] == "old"
+    held = {**props, "backupTalosconfig": created["backupTalosconfig"]}
+    assert not p.diff("eu-a", held, dict(props)).changes
+    assert p.diff("eu-a", held, {**props, "keep": 3}).changes
+    assert p.diff("eu-a", {**held, "onUp": True}, {**props, "onUp": True}).changes
+    assert p.diff("eu-a", props, dict(props)).changes  # state of an older version: no credential yet
+    assert p.diff("eu-a", held, {**props, "renewBeforeDays": 400}).changes  # a changed renewBefore is an update
+    assert p.update("eu-a", {**held, "key": "old"}, props).outs["key"] == "old"
+

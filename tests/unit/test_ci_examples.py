@@ -44,3 +44,19 @@ def test_secrets_come_from_the_ci_store(path):
             value = m.group(1).strip().strip("\"'")
             assert value.startswith(("${{ secrets.", "$KONTINUUM_")), m.group(0)
     assert "PULUMI_CONFIG_PASSPHRASE:" not in text  # only ever the file
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_the_nightly_job_takes_and_verifies_backups_and_runs_status(path):
+    from kontinuum.cli import backup, status
+
+    text = path.read_text()
+    for command, module in (("backup", backup), ("status", status)):
+        lines = {m.group(0) for m in re.finditer(rf"venv/bin/python -m kontinuum {command} [^\n;|]*", text)}
+        assert lines, command
+        for line in lines:
+            parser = argparse.ArgumentParser()
+            module.add_arguments(parser)
+            args = parser.parse_args(["x" if a.startswith("$") else a for a in shlex.split(line)[4:]])
+            assert command != "backup" or args.verify
+    assert "tools/install.sh etcd" in text and "AWS_SHARED_CREDENTIALS_FILE" in text  # the backups' own key
