@@ -2,7 +2,8 @@
 (issue 30). Pure: status_probe.py gathers the observations, this module judges and renders.
 
 Levels, highest wins (for the zone, the stack and the exit code): 0 fine; 1 warning (a version
-other than configured, a credential within its renewal window, no or an old backup); 2 unhealthy
+other than configured, a credential within its renewal window, no or an old backup, or one
+that failed its verification); 2 unhealthy
 (a node or the API down, a Node not Ready, etcd unhealthy, a credential expired); 3 unreachable
 (no node of the zone answers).
 """
@@ -37,6 +38,7 @@ class Observation:
     backup_at: dt.datetime | None = None
     backup_path: str | None = None
     backup_verified: bool | None = None  # the newest backup was verified to restore
+    backup_failed: bool = False  # the newest backup's verification failed
     backup_problem: str | None = None  # the destination could not be listed
     verified_path: str | None = None  # the newest backup verified to restore
     verified_at: dt.datetime | None = None  # when that one was taken
@@ -97,6 +99,9 @@ def judge(o: Observation, *, now: dt.datetime, renew_before: dt.timedelta, backu
         found.append(Finding(WARNING, "no backup of this zone was found"))
     elif now - o.backup_at > backup_max_age:
         found.append(Finding(WARNING, f"the newest backup is {_age(now - o.backup_at)} old ({o.backup_path})"))
+    if o.backup_failed:
+        found.append(Finding(WARNING, f"the newest backup failed its verification ({o.backup_path}): see its "
+                                      "`.verified.json`, take a new one (`python -m kontinuum backup --verify`)"))
     level = max((f.level for f in found), default=FINE)
     return ZoneStatus(o.cluster, level, found, o)
 

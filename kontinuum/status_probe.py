@@ -14,7 +14,7 @@ from pathlib import Path
 from kubernetes import client
 
 from kontinuum.backup import files, store as stores
-from kontinuum.backup.verify import newest
+from kontinuum.backup.verify import newest_with_failures
 from kontinuum.backup.stack_state import resource_name, resource_props, zone_access, zone_kubeconfig
 from kontinuum.errors import KontinuumError
 from kontinuum.fleet_status import Observation
@@ -103,7 +103,7 @@ def _kubernetes(o: Observation, kubeconfig: str, timeout: float) -> None:
 def _backup(o: Observation, store) -> None:
     """The newest backup and the newest one verified to restore, in a folder or a bucket."""
     try:
-        latest, verified, verified_at = newest(store, o.cluster)
+        latest, verified, verified_at, o.backup_failed = newest_with_failures(store, o.cluster)
     except KontinuumError as e:
         o.backup_problem = str(e)
         return

@@ -77,11 +77,19 @@ def verify(access: ZoneAccess, store, name: str, *, timeout: float = scratch_etc
 
 def newest(store, cluster: str) -> tuple[str | None, str | None, dt.datetime | None]:
     """(newest backup, newest backup verified to restore, when that was verified)."""
+    found = newest_with_failures(store, cluster)
+    return found[0], found[1], found[2]
+
+
+def newest_with_failures(store, cluster: str) -> tuple[str | None, str | None, dt.datetime | None, bool]:
+    """newest() and whether the newest backup's own verification failed (an alert, not a gap)."""
     names = store.names()
     found = files.finished(names, cluster)
+    latest_failed = False
     for name in reversed(found):
         if files.verified_name(name) in names:
             seen = read_record(store.get_json(files.verified_name(name)))
             if seen and seen[0]:
-                return found[-1], name, seen[1]
-    return (found[-1] if found else None), None, None
+                return found[-1], name, seen[1], latest_failed
+            latest_failed = latest_failed or (seen is not None and name == found[-1])
+    return (found[-1] if found else None), None, None, latest_failed

@@ -143,3 +143,21 @@ def test_a_record_says_what_was_proven_and_nothing_secret():
                    "keys": 300, "storedRevisions": 900, "objects": ["/registry/namespaces/kube-system"],
                    "etcdVersion": "3.6.5", "seconds": 1.5}
     assert verify.read_record(doc) == (True, NOW)
+
+
+def test_a_newest_backup_that_failed_its_verification_is_a_warning(tmp_path):
+    from kontinuum.fleet_status import WARNING, judge
+
+    store = FolderStore(tmp_path)
+    names = [files.file_name("eu-a", NOW - dt.timedelta(hours=h)) for h in (30, 3)]
+    _put(store, names[0], True)
+    _put(store, names[1], False)
+    assert verify.newest_with_failures(store, "eu-a") == (names[1], names[0], NOW, True)
+    _put(store, names[1], None)  # an older failure does not count against a newer file
+    (tmp_path / files.verified_name(names[1])).unlink()
+    _put(store, names[0], False)
+    assert verify.newest_with_failures(store, "eu-a") == (names[1], None, None, False)
+
+    o = Observation("eu-a", backup_at=files.taken_at(names[1]), backup_path=names[1], backup_failed=True)
+    z = judge(o, now=NOW, renew_before=dt.timedelta(days=30), backup_max_age=dt.timedelta(hours=26))
+    assert z.level == WARNING and any("failed its verification" in f.text for f in z.findings), z.findings
