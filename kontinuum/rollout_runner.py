@@ -36,7 +36,8 @@ class UpResult:
 
 
 def json_documents(text: str) -> list[dict]:
-    """`pulumi up --json --yes` prints the preview's document, then the update's."""
+    """`pulumi up --yes --json` prints the preview's document, then the update's engine events
+    (one JSON object each)."""
     docs, decoder, i = [], json.JSONDecoder(), 0
     while True:
         while i < len(text) and text[i].isspace():
@@ -51,14 +52,33 @@ def json_documents(text: str) -> list[dict]:
             docs.append(doc)
 
 
+def diagnostics(docs: list[dict]) -> list[dict]:
+    """The preview document's diagnostics and the update's diagnostic events, in order."""
+    out = []
+    for doc in docs:
+        out += doc.get("diagnostics") or []
+        if "diagnosticEvent" in doc:
+            d = doc["diagnosticEvent"]
+            out.append({"severity": d.get("severity"), "message": (d.get("prefix") or "") + (d.get("message") or "")})
+    return out
+
+
+def changes(docs: list[dict]) -> dict[str, int]:
+    """What the update did (its summary event), else what its preview planned."""
+    for doc in reversed(docs):
+        found = (doc.get("summaryEvent") or {}).get("resourceChanges") or doc.get("changeSummary")
+        if found is not None:
+            return {k: v for k, v in found.items() if v}
+    return {}
+
+
 def error_lines(out: str, err: str, code: int | None) -> list[str]:
     """The engine's own error diagnostics (each once, in order); otherwise its stderr's errors."""
     lines: list[str] = []
-    for doc in json_documents(out):
-        for d in doc.get("diagnostics") or []:
-            text = (d.get("message") or "").strip()
-            if d.get("severity") == "error" and text and not any(n in text for n in NOISE) and text not in lines:
-                lines.append(text)
+    for d in diagnostics(json_documents(out)):
+        text = (d.get("message") or "").strip()
+        if d.get("severity") == "error" and text and not any(n in text for n in NOISE) and text not in lines:
+            lines.append(text)
     if not lines:
         lines = [ln.strip() for ln in err.splitlines() if ln.strip().startswith("error:")]
     if not lines and code != 0:
@@ -89,8 +109,7 @@ def up(stack: str, config_file: Path, *, timeout: float, grace: float = GRACE, c
     t0 = time.monotonic()
     code, out, err = _run(argv, engine_env(30), timeout, cwd, grace)
     took = time.monotonic() - t0
-    docs = json_documents(out)
-    counts = {k: v for k, v in ((docs[-1] if docs else {}).get("changeSummary") or {}).items() if v}
+    counts = changes(json_documents(out))
     errors = error_lines(out, err, code)
     if code is None:
         errors.insert(0, f"`pulumi up` did not finish within {timeout:g} s and was interrupted (raise --timeout, "
