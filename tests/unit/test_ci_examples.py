@@ -44,3 +44,24 @@ def test_secrets_come_from_the_ci_store(path):
             value = m.group(1).strip().strip("\"'")
             assert value.startswith(("${{ secrets.", "$KONTINUUM_")), m.group(0)
     assert "PULUMI_CONFIG_PASSPHRASE:" not in text  # only ever the file
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_the_release_job_runs_the_staged_rollout_and_keeps_its_progress(path):
+    from kontinuum import rollout_plan
+    from kontinuum.cli import rollout
+
+    text = path.read_text()
+    (line,) = {m.group(0) for m in re.finditer(r"venv/bin/python -m kontinuum rollout [^\n;\\]*(\\\n[^\n;]*)?", text)}
+    argv = shlex.split(line.replace("\\\n", " "))[4:]
+    parser = argparse.ArgumentParser()
+    rollout.add_arguments(parser)
+    args = parser.parse_args(argv)
+    fleet = rollout_plan.load_fleet(ROOT / args.fleet)
+    assert [w.stacks for w in fleet.waves] == [["eu"], ["us"]]  # the regions the up jobs name
+    assert fleet.settings["stacksDir"] == ROOT / "stacks"
+    assert args.markdown and args.json and str(args.state) == "rollout.state.json"
+    # Restored before the run and kept after it, a failed run too (GitHub: cache/restore + cache/save
+    # if: always(); GitLab: a cache saved `when: always`).
+    assert "actions/cache/save@v4" in text and "if: always()" in text if "github" in path.name else \
+        re.search(r"paths: \[rollout.state.json\]\n\s+when: always", text)
