@@ -202,7 +202,7 @@ def decide(stack: str, entry: dict | None, fp: dict) -> Step:
         return Step(stack, True, f"done at {at}, but its stack file changed since")
     if old.get("program") != fp["program"]:
         return Step(stack, True, f"done at {at}, but the program (another Kontinuum version) changed since")
-    return Step(stack, False, f"done at {at}, stack file and program unchanged: skipped")
+    return Step(stack, False, f"done at {at}; stack file and program unchanged")
 
 
 def plan(waves: list[Wave], state: dict, fingerprints: dict[str, dict]) -> list[WavePlan]:

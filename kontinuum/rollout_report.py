@@ -41,10 +41,14 @@ def _fenced(lines: list[str]) -> list[str]:
     return ["  ```", *[f"  {ln}" for text in lines for ln in text.splitlines()], "  ```"]
 
 
+def _title(index: int, name: str) -> str:
+    return f"Wave {index}" + ("" if name == f"wave {index}" else f" `{name}`")
+
+
 def run_markdown(waves: list[WaveOutcome], *, state_path: str) -> str:
     lines = ["## Kontinuum rollout", ""]
     for i, w in enumerate(waves, 1):
-        lines.append(f"### Wave {i} `{w.name}`: {w.status}")
+        lines.append(f"### {_title(i, w.name)}: {w.status}")
         lines.append("")
         for r in w.regions:
             if r.status == "done":
@@ -53,8 +57,10 @@ def run_markdown(waves: list[WaveOutcome], *, state_path: str) -> str:
                 took = f" after {r.seconds:.0f} s" if r.seconds is not None else ""
                 lines.append(f"- `{r.stack}`: **up failed**{took}:")
                 lines += _fenced(r.errors)
+            elif r.status == "skipped":
+                lines.append(f"- `{r.stack}`: skipped: {r.why}")
             else:
-                lines.append(f"- `{r.stack}`: {r.status}" + (f" ({r.why})" if r.why else ""))
+                lines.append(f"- `{r.stack}`: {r.why or 'not started'}")
         if w.gate and w.gate != "skipped":
             lines.append(f"- **health gate:** the wave's zones {w.gate.splitlines()[0]}")
             lines += _fenced(w.gate.splitlines()[1:]) if len(w.gate.splitlines()) > 1 else []
@@ -71,7 +77,7 @@ def plan_markdown(plans: list[WavePlan], previews: dict[str, RegionSummary], soa
              "Waves in order; each starts once every zone of the one before is ready and stayed healthy "
              "for its soak. Regions of a wave run in parallel up to --parallel.", ""]
     for p, soak in zip(plans, soaks):
-        lines.append(f"### Wave {p.index} `{p.wave.name}`: {', '.join(p.wave.stacks)} (soak {soak:g} s"
+        lines.append(f"### {_title(p.index, p.wave.name)}: {', '.join(p.wave.stacks)} (soak {soak:g} s"
                      + ("" if p.gate else "; healthy before, not probed again") + ")")
         lines.append("")
         for step in p.steps:

@@ -176,7 +176,8 @@ def execute(plans, soaks, found, state, state_path: Path, fps, s, args) -> list[
     saving = threading.Lock()
     outcomes = [WaveOutcome(p.wave.name, soak) for p, soak in zip(plans, soaks)]
     for p, out in zip(plans, outcomes):
-        out.regions = [RegionOutcome(st.stack, "skipped" if not st.run else "not-started", st.why) for st in p.steps]
+        out.regions = [RegionOutcome(st.stack, "skipped", st.why) if not st.run else
+                       RegionOutcome(st.stack, "not-started", f"not started ({st.why})") for st in p.steps]
     for p, out in zip(plans, outcomes):
         _log(f"{p.wave.name}: " + ", ".join(f"{st.stack} ({'up' if st.run else 'skipped'})" for st in p.steps))
         stop = threading.Event()

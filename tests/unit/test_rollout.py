@@ -73,7 +73,7 @@ def test_a_rerun_skips_done_unchanged_regions_and_probes_only_waves_not_yet_heal
     fps = {s: FP for s in "abcd"}
     plans = rp.plan(rp.parse_waves("a/b,c/d"), state_of(a="healthy", b="applied", c="failed"), fps)
     assert [(p.to_run, p.gate) for p in plans] == [([], False), (["c"], True), (["d"], True)]
-    assert plans[0].steps[0].why == "done at T, stack file and program unchanged: skipped"
+    assert plans[0].steps[0].why == "done at T; stack file and program unchanged"
     assert plans[1].steps[1].why.startswith("failed at T")
     # Both done but the gate failed last time: no up, the gate again.
     plans = rp.plan(rp.parse_waves("a,b"), state_of(a="applied", b="healthy"), fps)
