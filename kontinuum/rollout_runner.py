@@ -23,7 +23,8 @@ from kontinuum.preview_runner import ROOT, WRAPPER, engine_env
 
 GRACE = 60.0  # seconds an interrupted up has to stop before it is killed
 NOISE = ("Resource monitor has terminated", "preview failed", "update failed")  # follow-ups of the real error
-HEALTHY_ENOUGH = 1  # fleet_status levels: fine and warning (an old backup, a credential to renew) pass the gate
+HEALTHY_ENOUGH = 1  # fleet_status levels: fine and warning (an old backup, a credential to renew) pass the gate,
+# except a version other than configured
 
 
 @dataclass
@@ -138,7 +139,9 @@ def probe(deployments: dict[str, dict], *, timeout: float) -> dict[str, tuple[in
                 out[f"{stack}/{item[0]}"] = (fs.UNREACHABLE, [item[1]])
                 continue
             z = fs.judge(item, now=now, renew_before=dt.timedelta(days=30), backup_max_age=dt.timedelta(hours=26))
-            out[f"{stack}/{z.cluster}"] = (z.level, [f.text for f in z.findings if f.level > HEALTHY_ENOUGH])
+            # Running what the config says is part of ready: an up that upgraded must have reached every node.
+            held = [f.text for f in z.findings if f.level > HEALTHY_ENOUGH] + [f.text for f in fs.other_versions(item)]
+            out[f"{stack}/{z.cluster}"] = (fs.UNHEALTHY if held and z.level <= HEALTHY_ENOUGH else z.level, held)
     return out
 
 

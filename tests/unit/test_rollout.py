@@ -292,3 +292,21 @@ def test_the_gate_waits_for_ready_then_fails_on_a_zone_unhealthy_during_the_soak
     monkeypatch.setattr(rollout_runner, "probe", lambda deployments, timeout: {"eu/eu-a": (3, ["no node answers"])})
     why = rollout_runner.gate(["eu"], ready_timeout=0.2, soak=1, interval=0.05, probe_timeout=1, log=logged.append)
     assert why == "not ready within 0.2 s (--ready-timeout):\neu/eu-a: no node answers"
+
+
+def test_the_probe_passes_warnings_but_holds_a_zone_running_another_version(monkeypatch):
+    import datetime as dt
+
+    from kontinuum import status_probe
+    from kontinuum.fleet_status import Observation
+
+    far = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=300)
+    fine = Observation("eu-a", configured_talos="v1.13.0", talos={"10.0.0.1": "v1.13.0"}, nodes={"n1": (True, "")},
+                       expiries={"the Kubernetes CA": far})  # no backup: a warning
+    old = Observation("eu-b", configured_talos="v1.13.0", talos={"10.0.0.2": "v1.12.4"}, expiries={"x": far})
+    monkeypatch.setattr(status_probe, "observe_stack",
+                        lambda d, stack, timeout, now: ("eu", [fine, old, ("c", "no talosconfig in the state")]))
+    seen = rollout_runner.probe({"eu": {}}, timeout=1)
+    assert seen["eu/eu-a"] == (1, [])
+    assert seen["eu/eu-b"] == (2, ["10.0.0.2 runs Talos v1.12.4, the config says v1.13.0"])
+    assert seen["eu/c"] == (3, ["no talosconfig in the state"])
