@@ -171,37 +171,17 @@ def preview_plan(plans: list[rp.WavePlan], soaks: list[float], found: dict, s: d
 
 
 def execute(plans, soaks, found, state, state_path: Path, fps, s, args) -> list[WaveOutcome]:
+    """Wave after wave: the ups, then the gate; the progress file is written after each region."""
     from kontinuum import rollout_runner
 
-    saving = threading.Lock()
+    run = _Run(found, state, state_path, fps, s)
     outcomes = [WaveOutcome(p.wave.name, soak) for p, soak in zip(plans, soaks)]
     for p, out in zip(plans, outcomes):
         out.regions = [RegionOutcome(st.stack, "skipped", st.why) if not st.run else
                        RegionOutcome(st.stack, "not-started", f"not started ({st.why})") for st in p.steps]
     for p, out in zip(plans, outcomes):
         _log(f"{p.wave.name}: " + ", ".join(f"{st.stack} ({'up' if st.run else 'skipped'})" for st in p.steps))
-        stop = threading.Event()
-
-        def one(stack: str) -> None:
-            region = next(r for r in out.regions if r.stack == stack)
-            if stop.is_set():
-                region.why = "not started: another region of this wave failed"
-                return
-            _log(f"{stack}: pulumi up")
-            result = rollout_runner.up(stack, found[stack][0].resolve(), timeout=float(s["timeout"]))
-            region.seconds, region.counts, region.errors = result.seconds, result.counts, result.errors
-            region.status, region.why = ("done", "") if result.ok else ("failed", "")
-            _log(f"{stack}: up {'done' if result.ok else 'FAILED'} in {result.seconds:.0f} s")
-            with saving:
-                rp.record(state, stack, rp.APPLIED if result.ok else rp.FAILED, fps[stack] if result.ok else None,
-                          error="\n".join(result.errors) or None)
-                rp.save_state(state_path, state)
-            if not result.ok:
-                stop.set()  # the first failure: no other region of the wave starts
-
-        with ThreadPoolExecutor(max_workers=max(1, int(s["parallel"]))) as pool:
-            list(pool.map(one, p.to_run))
-        if stop.is_set():
+        if not run.ups(p, out):
             out.status = "failed"
             return outcomes
         if p.gate:
@@ -221,6 +201,40 @@ def execute(plans, soaks, found, state, state_path: Path, fps, s, args) -> list[
         rp.save_state(state_path, state)
         out.status = "done"
     return outcomes
+
+
+class _Run:
+    """One wave's ups, at most `parallel` at once; after the first failure no other starts."""
+
+    def __init__(self, found, state, state_path: Path, fps, s):
+        self.found, self.state, self.state_path, self.fps, self.s = found, state, state_path, fps, s
+        self.saving = threading.Lock()
+        self.stop = threading.Event()
+
+    def ups(self, p: rp.WavePlan, out: WaveOutcome) -> bool:
+        self.stop.clear()
+        regions = {r.stack: r for r in out.regions}
+        with ThreadPoolExecutor(max_workers=max(1, int(self.s["parallel"]))) as pool:
+            list(pool.map(lambda stack: self.one(stack, regions[stack]), p.to_run))
+        return not self.stop.is_set()
+
+    def one(self, stack: str, region: RegionOutcome) -> None:
+        from kontinuum import rollout_runner
+
+        if self.stop.is_set():
+            region.why = "not started: another region of this wave failed"
+            return
+        _log(f"{stack}: pulumi up")
+        result = rollout_runner.up(stack, self.found[stack][0].resolve(), timeout=float(self.s["timeout"]))
+        region.seconds, region.counts, region.errors = result.seconds, result.counts, result.errors
+        region.status, region.why = ("done" if result.ok else "failed"), ""
+        _log(f"{stack}: up {'done' if result.ok else 'FAILED'} in {result.seconds:.0f} s")
+        with self.saving:
+            rp.record(self.state, stack, rp.APPLIED if result.ok else rp.FAILED,
+                      self.fps[stack] if result.ok else None, error="\n".join(result.errors) or None)
+            rp.save_state(self.state_path, self.state)
+        if not result.ok:
+            self.stop.set()  # the first failure: no other region of the wave starts
 
 
 def _log(text: str) -> None:
