@@ -62,7 +62,7 @@ def run_markdown(waves: list[WaveOutcome], *, state_path: str) -> str:
             else:
                 lines.append(f"- `{r.stack}`: {r.why or 'not started'}")
         if w.gate and w.gate != "skipped":
-            lines.append(f"- **health gate:** the wave's zones {w.gate.splitlines()[0]}")
+            lines.append(f"- **health gate failed:** {w.gate.splitlines()[0]}")
             lines += _fenced(w.gate.splitlines()[1:]) if len(w.gate.splitlines()) > 1 else []
         elif w.status == "done":
             lines.append("- health gate: " + ("every zone was already healthy (nothing rolled out)" if w.gate

@@ -168,7 +168,7 @@ def gate(stacks: list[str], *, ready_timeout: float, soak: float, interval: floa
         if not bad:
             break
         if time.monotonic() - start + interval > ready_timeout:
-            return f"not ready within {ready_timeout:g} s (--ready-timeout):\n" + "\n".join(bad)
+            return f"zones not ready within {ready_timeout:g} s (--ready-timeout):\n" + "\n".join(bad)
         time.sleep(interval)
     log(f"every zone of {', '.join(stacks)} is ready after {time.monotonic() - start:.0f} s; soaking {soak:g} s")
     soak_start = time.monotonic()
@@ -176,6 +176,6 @@ def gate(stacks: list[str], *, ready_timeout: float, soak: float, interval: floa
         time.sleep(min(interval, left))
         bad = _bad(probe(deployments, timeout=probe_timeout))
         if bad:
-            return (f"became unhealthy {time.monotonic() - soak_start:.0f} s into the {soak:g} s soak:\n"
+            return (f"a zone became unhealthy {time.monotonic() - soak_start:.0f} s into the {soak:g} s soak:\n"
                     + "\n".join(bad))
     return None

@@ -33,7 +33,7 @@ from kontinuum.talos.client import TalosClient
 from kontinuum.talos.secrets import load as load_secrets, secret_values
 from lab.pulumi_cli import ROOT, Stack
 from lab.talos_node import control
-from tests.e2e import cluster_lab
+from tests.e2e import ci_rollout, cluster_lab
 from tests.e2e.labs import running_lab
 
 FIRST, HUB = "127.0.44.11", "127.0.0.44"
@@ -321,73 +321,9 @@ def test_a_node_reset_behind_pulumis_back_is_drift_that_the_next_up_repairs(regi
 # --- 4. a staged rollout ----------------------------------------------------------------------
 
 
-def kontinuum_rollout(place: Path, *args: str, timeout: float = 900):
-    """`python -m kontinuum rollout` on this test's stacks folder and backend: (result, Markdown,
-    JSON report, seconds)."""
-    md, js = place / "rollout.md", place / "rollout.json"
-    for f in (md, js):
-        f.unlink(missing_ok=True)
-    t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "kontinuum", "rollout", "--waves", "r1,r3/r2", "--stacks-dir",
-                        str(place / "stacks"), "--state", str(place / "rollout-state.json"), "--soak", "4",
-                        "--interval", "2", "--ready-timeout", "180", "--timeout", "600", "--markdown", str(md),
-                        "--json", str(js), *args], cwd=ROOT, env=new_stack(place, "r1").env(), capture_output=True,
-                       text=True, timeout=timeout)
-    return r, (md.read_text() if md.exists() else ""), json.loads(js.read_text()) if js.exists() else None, \
-        time.monotonic() - t0
-
-
-def last_update(stack: Stack) -> str:
-    """When the stack's state was last written (each up writes it; read without the engine)."""
-    return stack.export()["deployment"]["manifest"]["time"]
-
-
 def test_a_staged_rollout_stops_at_a_failure_in_its_first_wave_and_a_rerun_resumes(regions, lab, place):
-    """Three regions in two waves (r1 and a region without zones, r3; then r2): r3's stack file
-    names a hub kubeconfig that is not there, which the program refuses at up. The rollout stops
-    after wave 1 naming r3 and the engine's error, r2 is never touched; once the file is fixed a
-    re-run skips r1 (done, unchanged), rolls out r3, gates wave 1 on its zones' health, then r2."""
+    """Three regions in two waves (tests/e2e/ci_rollout.py): a failed up in the first stops it
+    before the second; a dead worker in the second holds the gate; re-runs resume."""
     _, r1, r2, up2 = regions
     settled(up2)
-    r3 = new_stack(place, "r3").init()
-    config = cluster_lab.stack_config(lab, {}, "r3")
-    config["config"].update({"kontinuum:zones": [], "kontinuum:allowEmptyRegion": True,
-                             "kontinuum:hubKubeconfigFile": str(place / "no-hub" / "kubeconfig")})
-    r3.write_config_file(config)
-    before = {s.name: last_update(s) for s in (r1, r2)}
-
-    r, md, report, took1 = kontinuum_rollout(place)
-    assert r.returncode == 4, r.stdout + r.stderr
-    assert "wave 1: stack r3: up failed: error: kontinuum:hubKubeconfigFile: cannot read" in r.stderr, r.stderr
-    (w1, w2) = report["waves"]
-    assert (w1["status"], [(x["stack"], x["status"]) for x in w1["regions"]]) == (
-        "failed", [("r1", "done"), ("r3", "failed")])
-    assert (w2["status"], [(x["stack"], x["status"]) for x in w2["regions"]]) == ("not started", [("r2", "not-started")])
-    assert "**up failed**" in md and "no-hub/kubeconfig" in md
-    assert last_update(r1) != before["r1"] and last_update(r2) == before["r2"]  # the second wave never started
-
-    r, md, _, _ = kontinuum_rollout(place, "--preview")
-    assert r.returncode == 2, r.stdout + r.stderr  # r3 has changes to make
-    assert "- `r1`: skipped: done at" in md and "#### Region `r3` (stack `r3`)" in md, md
-    assert "#### Region `r2` (stack `r2`): no changes" in md, md
-
-    config["config"]["kontinuum:hubKubeconfigFile"] = str(lab / "hub" / "kubeconfig")
-    r3.write_config_file(config)
-    done_r1 = last_update(r1)
-    r, md, report, took2 = kontinuum_rollout(place)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert [[(x["stack"], x["status"]) for x in w["regions"]] for w in report["waves"]] == [
-        [("r1", "skipped"), ("r3", "done")], [("r2", "done")]]
-    assert [w["status"] for w in report["waves"]] == ["done", "done"]
-    assert "every zone ready and healthy for 4 s" in md and "wave 1" in r.stderr
-    assert last_update(r1) == done_r1 and last_update(r2) != before["r2"]
-    progress = json.loads((place / "rollout-state.json").read_text())["regions"]
-    assert {k: v["status"] for k, v in progress.items()} == {"r1": "healthy", "r2": "healthy", "r3": "healthy"}
-
-    # Done: a re-run rolls out nothing and probes nothing.
-    done = {s.name: last_update(s) for s in (r1, r2, r3)}
-    r, md, report, took3 = kontinuum_rollout(place)
-    assert r.returncode == 0 and [x["status"] for w in report["waves"] for x in w["regions"]] == ["skipped"] * 3
-    assert {s.name: last_update(s) for s in (r1, r2, r3)} == done
-    assert md.count("every zone was already healthy (nothing rolled out)") == 2, md
-    print(f"rollout: failed run {took1:.0f} s, resumed run {took2:.0f} s, finished re-run {took3:.0f} s")
+    ci_rollout.staged_rollout(lab, place, r1, r2, new_stack(place, "r3").init(), dead_worker=R2_WORKER)

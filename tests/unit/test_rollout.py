@@ -201,11 +201,11 @@ def test_within_a_wave_at_most_parallel_ups_and_none_starts_after_a_failure(tmp_
 
 def test_an_unhealthy_wave_stops_the_rollout_and_the_rerun_gates_it_again_without_ups(tmp_path, monkeypatch, capsys):
     fleet = Fleet(tmp_path, monkeypatch, "ab")
-    fleet.unhealthy = "became unhealthy 12 s into the 60 s soak:\na/a-1: Node x is not Ready"
+    fleet.unhealthy = "a zone became unhealthy 12 s into the 60 s soak:\na/a-1: Node x is not Ready"
     code, md, report = fleet.run(tmp_path, "a/b")
     assert code == 4 and fleet.ups == ["a"]
     assert [w["status"] for w in report["waves"]] == ["unhealthy", "not started"]
-    assert "health gate failed: became unhealthy 12 s into the 60 s soak" in capsys.readouterr().err
+    assert "health gate failed: a zone became unhealthy 12 s into the 60 s soak" in capsys.readouterr().err
     assert "a/a-1: Node x is not Ready" in md
 
     fleet.unhealthy, fleet.ups = None, []
@@ -286,12 +286,12 @@ def test_the_gate_waits_for_ready_then_fails_on_a_zone_unhealthy_during_the_soak
     monkeypatch.setattr(rollout_runner, "probe", lambda deployments, timeout: next(seen))
     logged = []
     why = rollout_runner.gate(["eu"], ready_timeout=5, soak=0.3, interval=0.05, probe_timeout=1, log=logged.append)
-    assert why.startswith("became unhealthy 0 s into the 0.3 s soak:") and "eu/eu-a: etcd: member m2 unhealthy" in why
+    assert why.startswith("a zone became unhealthy 0 s into the 0.3 s soak:") and "eu/eu-a: etcd: member m2 unhealthy" in why
     assert "is ready after" in logged[0]
 
     monkeypatch.setattr(rollout_runner, "probe", lambda deployments, timeout: {"eu/eu-a": (3, ["no node answers"])})
     why = rollout_runner.gate(["eu"], ready_timeout=0.2, soak=1, interval=0.05, probe_timeout=1, log=logged.append)
-    assert why == "not ready within 0.2 s (--ready-timeout):\neu/eu-a: no node answers"
+    assert why == "zones not ready within 0.2 s (--ready-timeout):\neu/eu-a: no node answers"
 
 
 def test_the_probe_passes_warnings_but_holds_a_zone_running_another_version(monkeypatch):
