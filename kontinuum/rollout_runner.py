@@ -98,8 +98,11 @@ def _run(argv: list[str], env: dict, timeout: float, cwd: Path, grace: float) ->
         try:
             out, err = proc.communicate(timeout=grace)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the engine and every plugin it started
-            out, err = proc.communicate()
+            os.killpg(proc.pid, signal.SIGKILL)  # the engine; its plugins' launchers end with it
+            try:
+                out, err = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:  # a straggler holds the pipes: give up on its output
+                out, err = "", f"the engine was killed after {timeout + grace:g} s; its output was not readable"
         return None, out, err
 
 
