@@ -119,25 +119,21 @@ def run(args: argparse.Namespace) -> int:
             print(f"rollout: stack {p.stack}: {p.status}: {(p.error or '').splitlines()[0]}", file=sys.stderr)
         return max(CODES[p.status] for p in problems)
     state_path = Path(s["state"])
-    try:
-        state = {"version": 1, "regions": {}} if args.restart else rp.load_state(state_path)
-    except rp.FleetError as e:
-        print(f"rollout: {e}", file=sys.stderr)
-        return INVALID
-    program = rp.program_digest()
-    fps = {n: rp.fingerprint(f, program) for n, (f, _, _) in found.items()}
-    plans = rp.plan(waves, state, fps)
-    soaks = [w.soak if w.soak is not None else float(s["soak"]) for w in waves]
-    if args.preview:
-        return preview_plan(plans, soaks, found, s, args)
+    if args.preview:  # reads the progress, writes nothing: no lock
+        prepared = prepare(waves, found, s, state_path, args)
+        return prepared if isinstance(prepared, int) else preview_plan(prepared[0], prepared[1], found, s, args)
     state_path.parent.mkdir(parents=True, exist_ok=True)
     with open(state_path.with_name(state_path.name + ".lock"), "w") as lock:
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released when the file closes (or we die)
         except BlockingIOError:
             print(f"rollout: another rollout is running with the progress file {state_path}; wait for it",
                   file=sys.stderr)
             return FAILED
+        prepared = prepare(waves, found, s, state_path, args)
+        if isinstance(prepared, int):
+            return prepared
+        plans, soaks, state, fps = prepared
         outcomes = execute(plans, soaks, found, state, state_path, fps, s, args)
     _write(args, run_markdown(outcomes, state_path=str(state_path)),
            {"state": str(state_path), "waves": [w.to_json() for w in outcomes]})
@@ -150,6 +146,19 @@ def run(args: argparse.Namespace) -> int:
         if w.status == "unhealthy":
             print(f"rollout: {w.name}: the health gate failed: {w.gate.splitlines()[0]}", file=sys.stderr)
     return FAILED if failed else NO_CHANGES
+
+
+def prepare(waves: list[rp.Wave], found: dict, s: dict, state_path: Path, args) -> int | tuple:
+    """(plans, soaks, progress, fingerprints), or the exit code of an unreadable progress file."""
+    try:
+        state = {"version": 1, "regions": {}} if args.restart else rp.load_state(state_path)
+    except rp.FleetError as e:
+        print(f"rollout: {e}", file=sys.stderr)
+        return INVALID
+    program = rp.program_digest()
+    fps = {n: rp.fingerprint(f, program) for n, (f, _, _) in found.items()}
+    soaks = [w.soak if w.soak is not None else float(s["soak"]) for w in waves]
+    return rp.plan(waves, state, fps), soaks, state, fps
 
 
 def preview_plan(plans: list[rp.WavePlan], soaks: list[float], found: dict, s: dict, args) -> int:

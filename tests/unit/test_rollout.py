@@ -310,3 +310,26 @@ def test_the_probe_passes_warnings_but_holds_a_zone_running_another_version(monk
     assert seen["eu/eu-a"] == (1, [])
     assert seen["eu/eu-b"] == (2, ["10.0.0.2 runs Talos v1.12.4, the config says v1.13.0"])
     assert seen["eu/c"] == (3, ["no talosconfig in the state"])
+
+
+def test_the_plan_previews_only_what_runs_and_exits_as_preview(tmp_path, monkeypatch):
+    from kontinuum.cli import preview
+    from kontinuum.preview_summary import RegionSummary
+
+    fleet = Fleet(tmp_path, monkeypatch, "abc")
+    fleet.run(tmp_path, "a/b")  # a and b done and healthy
+    (fleet.dir / "Pulumi.b.yaml").write_text("config: {kontinuum:region: b, x: 1}\n")
+    previewed = []
+
+    def preview_one(name, path, region, zones, ns):
+        previewed.append(name)
+        return RegionSummary(stack=name, region=region, status="changes" if name == "b" else "no-changes",
+                             counts={"update": 1} if name == "b" else {})
+
+    monkeypatch.setattr(preview, "preview_one", preview_one)
+    fleet.ups = []
+    code, md, report = fleet.run(tmp_path, "a/b,c", "--preview")
+    assert code == 2 and sorted(previewed) == ["b", "c"] and fleet.ups == []
+    assert "- `a`: skipped: done at" in md and "healthy before, not probed again" in md
+    assert "- `b`: done at" in md and "but its stack file changed since" in md and "#### Region `b`" in md
+    assert [[r["run"] for r in w["regions"]] for w in report["waves"]] == [[False], [True, True]]
