@@ -13,6 +13,8 @@ COMMANDS = {
     "migrate": ("kontinuum.cli.migrate", "move a stack made by an earlier Kontinuum to the current layout (state only)"),
     "preview": ("kontinuum.cli.preview", "preview every region stack (bounded, parallel): Markdown/JSON summary, "
                 "exit 0 no changes / 2 changes / 3 invalid / 4 failed"),
+    "rollout": ("kontinuum.cli.rollout", "pulumi up region by region in waves, each gated on the one before staying "
+                "healthy; resumes where it stopped (exit 0 done / 3 invalid / 4 failed; --preview as preview)"),
     "recover": ("kontinuum.cli.recover", "settle what a killed up or destroy left (tools/pulumi runs it first)"),
     "backup": ("kontinuum.cli.backup", "take an encrypted etcd snapshot of a zone (Talos EtcdSnapshot)"),
     "restore": ("kontinuum.cli.restore", "bring a zone's etcd back from a backup (Talos disaster recovery)"),

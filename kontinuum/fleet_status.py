@@ -67,6 +67,20 @@ def _v(version: str | None) -> str:
     return (version or "").lstrip("v")
 
 
+def other_versions(o: Observation) -> list[Finding]:
+    """A node running another Talos or kubelet version than the config says (a warning here; the
+    rollout's gate waits for it)."""
+    found = []
+    for node, version in sorted(o.talos.items()):
+        if version and o.configured_talos and _v(version) != _v(o.configured_talos):
+            found.append(Finding(WARNING, f"{node} runs Talos {version}, the config says {o.configured_talos}"))
+    for node, (_, kubelet) in sorted(o.nodes.items()):
+        if o.configured_kubernetes and kubelet and _v(kubelet) != _v(o.configured_kubernetes):
+            found.append(Finding(WARNING, f"Node {node} runs kubelet {kubelet}, the config says "
+                                          f"{o.configured_kubernetes}"))
+    return found
+
+
 def judge(o: Observation, *, now: dt.datetime, renew_before: dt.timedelta, backup_max_age: dt.timedelta) -> ZoneStatus:
     found: list[Finding] = []
     silent = sorted(n for n, v in o.talos.items() if v is None)
@@ -74,19 +88,14 @@ def judge(o: Observation, *, now: dt.datetime, renew_before: dt.timedelta, backu
         found.append(Finding(UNREACHABLE, f"no node answers the Talos API ({', '.join(silent)})"))
     elif silent:
         found.append(Finding(UNHEALTHY, f"node(s) {', '.join(silent)} do not answer the Talos API"))
-    for node, version in sorted(o.talos.items()):
-        if version and o.configured_talos and _v(version) != _v(o.configured_talos):
-            found.append(Finding(WARNING, f"{node} runs Talos {version}, the config says {o.configured_talos}"))
     if o.etcd_problem:
         found.append(Finding(UNHEALTHY, f"etcd: {o.etcd_problem}"))
     if o.api_problem:
         found.append(Finding(UNHEALTHY, f"the Kubernetes API does not answer ({o.api_problem})"))
-    for node, (ready, kubelet) in sorted(o.nodes.items()):
+    for node, (ready, _) in sorted(o.nodes.items()):
         if not ready:
             found.append(Finding(UNHEALTHY, f"Node {node} is not Ready"))
-        if o.configured_kubernetes and kubelet and _v(kubelet) != _v(o.configured_kubernetes):
-            found.append(Finding(WARNING, f"Node {node} runs kubelet {kubelet}, the config says "
-                                          f"{o.configured_kubernetes}"))
+    found += other_versions(o)
     for name, when in sorted(o.expiries.items(), key=lambda kv: kv[1]):
         if when <= now:
             found.append(Finding(UNHEALTHY, f"{name} expired on {when:%Y-%m-%d %H:%M} UTC"))

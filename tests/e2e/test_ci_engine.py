@@ -7,7 +7,9 @@
   codes 0 / 2 / 3 / 4, a config change shown path by path with no secret of the bundle, clusters
   that stop answering bounded and named as not compared;
 - drift: a node reset behind Pulumi's back shows in `pulumi refresh`, `preview --refresh
-  --expect-no-changes` fails naming it, and the next up configures it again.
+  --expect-no-changes` fails naming it, and the next up configures it again;
+- `python -m kontinuum rollout`, the release job's command: three regions (a third without
+  zones) in two waves, a failure in the first stops it before the second, a re-run resumes.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from kontinuum.talos.client import TalosClient
 from kontinuum.talos.secrets import load as load_secrets, secret_values
 from lab.pulumi_cli import ROOT, Stack
 from lab.talos_node import control
-from tests.e2e import cluster_lab
+from tests.e2e import ci_rollout, cluster_lab
 from tests.e2e.labs import running_lab
 
 FIRST, HUB = "127.0.44.11", "127.0.0.44"
@@ -314,3 +316,14 @@ def test_a_node_reset_behind_pulumis_back_is_drift_that_the_next_up_repairs(regi
     assert set(mutating(before, [R2_NODE, R2_WORKER])) == {R2_WORKER}  # only the reset node is configured
     assert control.read_state(R2_WORKER)["mode"] != "maintenance"
     r2.preview("--expect-no-changes")
+
+
+# --- 4. a staged rollout ----------------------------------------------------------------------
+
+
+def test_a_staged_rollout_stops_at_a_failure_in_its_first_wave_and_a_rerun_resumes(regions, lab, place):
+    """Three regions in two waves (tests/e2e/ci_rollout.py): a failed up in the first stops it
+    before the second; a dead worker in the second holds the gate; re-runs resume."""
+    _, r1, r2, up2 = regions
+    settled(up2)
+    ci_rollout.staged_rollout(lab, place, r1, r2, new_stack(place, "r3").init(), dead_worker=R2_WORKER)

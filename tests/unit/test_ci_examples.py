@@ -60,3 +60,24 @@ def test_the_nightly_job_takes_and_verifies_backups_and_runs_status(path):
             args = parser.parse_args(["x" if a.startswith("$") else a for a in shlex.split(line)[4:]])
             assert command != "backup" or args.verify
     assert "tools/install.sh etcd" in text and "AWS_SHARED_CREDENTIALS_FILE" in text  # the backups' own key
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_the_release_job_runs_the_staged_rollout_and_keeps_its_progress(path):
+    from kontinuum import rollout_plan
+    from kontinuum.cli import rollout
+
+    text = path.read_text()
+    (line,) = {m.group(0) for m in re.finditer(r"venv/bin/python -m kontinuum rollout [^\n;\\]*(\\\n[^\n;]*)?", text)}
+    argv = shlex.split(line.replace("\\\n", " "))[4:]
+    parser = argparse.ArgumentParser()
+    rollout.add_arguments(parser)
+    args = parser.parse_args(argv)
+    fleet = rollout_plan.load_fleet(ROOT / args.fleet)
+    assert [w.stacks for w in fleet.waves] == [["eu"], ["us"]]  # the regions the up jobs name
+    assert fleet.settings["stacksDir"] == ROOT / "stacks"
+    assert args.markdown and args.json and str(args.state) == "rollout.state.json"
+    # Restored before the run and kept after it, a failed run too (GitHub: cache/restore + cache/save
+    # if: always(); GitLab: a cache saved `when: always`).
+    assert "actions/cache/save@v4" in text and "if: always()" in text if "github" in path.name else \
+        re.search(r"paths: \[rollout.state.json\]\n\s+when: always", text)
