@@ -39,6 +39,7 @@ class Observation:
     backup_path: str | None = None
     backup_verified: bool | None = None  # the newest backup was verified to restore
     backup_failed: bool = False  # the newest backup's verification failed
+    renew_before_days: float | None = None  # the zone's certificates.renewBefore (None: unknown)
     backup_problem: str | None = None  # the destination could not be listed
     verified_path: str | None = None  # the newest backup verified to restore
     verified_at: dt.datetime | None = None  # when that one was taken

@@ -141,7 +141,8 @@ def probe(deployments: dict[str, dict], *, timeout: float) -> dict[str, tuple[in
             if isinstance(item, tuple):
                 out[f"{stack}/{item[0]}"] = (fs.UNREACHABLE, [item[1]])
                 continue
-            z = fs.judge(item, now=now, renew_before=dt.timedelta(days=30), backup_max_age=dt.timedelta(hours=26))
+            z = fs.judge(item, now=now, renew_before=dt.timedelta(days=item.renew_before_days or 30),
+                         backup_max_age=dt.timedelta(hours=26))
             # Running what the config says is part of ready: an up that upgraded must have reached every node.
             held = [f.text for f in z.findings if f.level > HEALTHY_ENOUGH] + [f.text for f in fs.other_versions(item)]
             out[f"{stack}/{z.cluster}"] = (fs.UNHEALTHY if held and z.level <= HEALTHY_ENOUGH else z.level, held)

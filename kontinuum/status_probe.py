@@ -49,10 +49,20 @@ def configured_versions(deployment: dict, cluster: str) -> tuple[str | None, str
     return talos, kubernetes
 
 
+def renew_before_days(deployment: dict, cluster: str) -> float | None:
+    """The zone's certificates.renewBefore, as its TalosSecrets recorded it at the last up."""
+    for r in deployment.get("resources") or []:
+        if r.get("custom") and resource_name(r["urn"]) == f"{cluster}-secrets":
+            days = resource_props(r).get("renewBeforeDays")
+            return float(days) if days is not None else None
+    return None
+
+
 def observe(deployment: dict, stack: str, zone: str, *, timeout: float, now: dt.datetime) -> Observation:
     access, settings = zone_access(deployment, stack, zone)
     o = Observation(access.cluster)
     o.configured_talos, o.configured_kubernetes = configured_versions(deployment, access.cluster)
+    o.renew_before_days = renew_before_days(deployment, access.cluster)
     bundle = secrets.load(access.secrets_yaml, check_rsa=False)
     admin = zone_kubeconfig(deployment, access.cluster)
     o.expiries = {"the Talos API CA": renewal.expiry(bundle.os.crt), "the Kubernetes CA": renewal.expiry(bundle.k8s.crt),

@@ -18,6 +18,7 @@ from pathlib import Path
 from kontinuum.cli.preview import ROOT
 
 UNREACHABLE = 3
+DEFAULT_RENEW_DAYS = 30.0  # certificates.renewBefore's default, for a zone whose state does not record it
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,8 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stacks-dir", type=Path, default=ROOT / "stacks", help="where the stack files are")
     parser.add_argument("--cwd", "-C", type=Path, default=None, help="the Pulumi project folder (default: here)")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per call to a node or API (default 10)")
-    parser.add_argument("--renew-before", type=float, default=30.0,
-                        help="days before expiry that count as a warning (default 30, certificates.renewBefore's)")
+    parser.add_argument("--renew-before", type=float, default=None,
+                        help="days before expiry that count as a warning (default: each zone's "
+                             "certificates.renewBefore as its last up recorded it, else 30)")
     parser.add_argument("--backup-max-age", type=float, default=26.0,
                         help="hours after which the newest backup counts as old (default 26: a daily job)")
     parser.add_argument("--markdown", type=Path, help="write the Markdown summary here (default: stdout)")
@@ -60,7 +62,8 @@ def status_of(stack: str, args: argparse.Namespace, now: dt.datetime) -> tuple[d
         if isinstance(item, tuple):
             errors.append(f"zone {item[0]}: {item[1]}")
         else:
-            zones.append(fs.judge(item, now=now, renew_before=dt.timedelta(days=args.renew_before),
+            days = args.renew_before if args.renew_before is not None else item.renew_before_days or DEFAULT_RENEW_DAYS
+            zones.append(fs.judge(item, now=now, renew_before=dt.timedelta(days=days),
                                   backup_max_age=dt.timedelta(hours=args.backup_max_age)))
     level = max([z.level for z in zones] + [UNREACHABLE] * len(errors), default=fs.FINE)
     text = fs.markdown(stack, region, zones, now=now) + "".join(f"- {e}\n" for e in errors)

@@ -124,11 +124,17 @@ def test_backup_restore_and_backup_on_up(lab, s3, tmp_path):
 
 
 def status_of(stack, tmp_path) -> dict:
-    """`status --json`'s observation of the zone (its backups read from the bucket)."""
+    """`status --json`'s observation of the healthy zone with a fresh verified backup: exit 0; with a
+    renewal window longer than the credentials' lives, exit 1 naming them."""
     out = tmp_path / "status.json"
-    done = subprocess.run([sys.executable, "-m", "kontinuum", "status", "--stack", stack.name, "--json", str(out)],
-                          cwd=ROOT, env=stack.env(), capture_output=True, text=True, timeout=120)
-    assert done.returncode in (0, 1), output(done)
+    run = lambda *extra: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "kontinuum", "status", "--stack", stack.name, "--json", str(out), *extra],
+        cwd=ROOT, env=stack.env(), capture_output=True, text=True, timeout=120)
+    warned = run("--renew-before", "400")
+    assert warned.returncode == 1 and "the admin talosconfig expires on" in warned.stdout, output(warned)
+    assert "(within 400 d)" in warned.stdout and "BEGIN" not in warned.stdout
+    done = run()
+    assert done.returncode == 0, output(done)
     return json.loads(out.read_text())[0]["zones"][0]["observation"]
 
 

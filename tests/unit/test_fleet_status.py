@@ -63,3 +63,15 @@ def test_the_markdown_has_a_row_per_zone_and_a_line_per_finding():
     assert text.startswith("### Region `eu` (stack `eu`): unhealthy")
     assert "| `eu-a` | fine | v1.13.0 | v1.35.4 | 2/2 |" in text and "| `eu-b` | unhealthy |" in text
     assert "- `eu-b` unhealthy: Node w is not Ready" in text
+
+
+def test_the_renewal_window_is_the_zones_own_as_its_state_recorded():
+    from kontinuum.status_probe import renew_before_days
+
+    def res(name, props):
+        return {"custom": True, "urn": f"urn:pulumi:eu::kontinuum::kontinuum:talos:TalosSecrets::{name}",
+                "type": "kontinuum:talos:TalosSecrets", "outputs": props}
+
+    deployment = {"resources": [res("eu-a-secrets", {"renewBeforeDays": 45}), res("eu-b-secrets", {})]}
+    assert renew_before_days(deployment, "eu-a") == 45.0
+    assert renew_before_days(deployment, "eu-b") is None and renew_before_days(deployment, "eu-c") is None
