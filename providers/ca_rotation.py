@@ -90,7 +90,12 @@ class CaRotationProvider(ResourceProvider):
         # only with a token (`rotate`); a TalosSecrets made before it had that output previews it
         # as unknown on every run, which must not read as a change.
         changed = any(olds.get(k) != news.get(k) for k in (*PASS_THROUGH, "rotate"))
-        return DiffResult(changes=bool(kinds) or changed)
+        # What it hands on is its inputs (known at preview as they are); `done` changes only when a
+        # rotation runs or a new kind's token is recorded.
+        done = olds.get("done") or {}
+        tokens = news.get("rotate") or {}
+        stable = ["done"] if not kinds and known(tokens) and all(k in done for k in tokens) else []
+        return DiffResult(changes=bool(kinds) or changed, stables=stable or None)
 
     def create(self, props):
         return CreateResult(id_=props["clusterName"], outs=_run(props, {}))

@@ -147,8 +147,13 @@ class KubeconfigProvider(ResourceProvider):
         # not the one the held kubeconfig trusts (a Kubernetes CA rotation switched it): the update
         # renews it. The held kubeconfig is compared, not the bundle text, so a state from before
         # the bundle was an input stays unchanged (and the zone's provider keeps a known kubeconfig).
-        if not d.changes and (_renewal_due(olds, news) or olds.get("valid") is False or _ca_rotated(olds, news)):
+        renews = _renewal_due(olds, news) or olds.get("valid") is False or _ca_rotated(olds, news)
+        if not d.changes and renews:
             d.changes = True
+        if d.changes and all(known(news.get(k)) and olds.get(k) == news.get(k) for k in FETCH_ON):
+            # The same node: the update keeps what it holds (a new talosconfig alone is no reason to
+            # fetch), so a preview keeps it known; the kubeconfig changes only when renewed.
+            d.stables = ["endpoint", "kubernetesVersion", *(() if renews else ("kubeconfig", "kubeconfigExpires"))]
         return d
 
     def create(self, props):

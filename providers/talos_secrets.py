@@ -79,6 +79,7 @@ class TalosSecretsProvider(ResourceProvider):
         d = diff_inputs(olds, news, update_on=UPDATE_ON)  # nothing here is ever replaced
         if not d.changes and (_renewal_due(olds, news) or (olds.get("rotate") or {}) != (news.get("rotate") or {})):
             d.changes = True
+        d.stables = stable_outputs(olds, news) if d.changes else None
         return d
 
     def create(self, props):
@@ -100,6 +101,22 @@ class TalosSecretsProvider(ResourceProvider):
             client = renewal.renew_talosconfig_cert(bundle.os)
         secrets_yaml = secrets.dump(bundle) if started else olds["secretsYaml"]  # the bundle as stored
         return UpdateResult(outs=_outputs(news, secrets_yaml, bundle, client, retiring))
+
+
+def stable_outputs(olds: dict, news: dict) -> list[str]:
+    """What this update cannot change, so a preview keeps it known (providers/previews.py): the
+    bundle and the retiring CAs unless a token starts a rotation; the talosconfig unless it is
+    renewed, its Talos CA rotated, or it names another cluster or endpoints. A token recorded,
+    removed after its rotation, or a renewal window moved changes only the record."""
+    if not known(news.get("rotate")):
+        return []
+    started = _started(olds, news)
+    stable = [] if started else ["secretsYaml", *(["retiringYaml"] if isinstance(olds.get("retiringYaml"), str) else [])]
+    if not (_renewal_due(olds, news) or "talos" in started or not known(news.get("renewBeforeDays"))):
+        stable.append("talosconfigExpires")
+        if all(known(news.get(k)) and olds.get(k) == news.get(k) for k in UPDATE_ON):
+            stable.append("talosconfig")
+    return stable
 
 
 def _started(olds: dict, news: dict) -> list[str]:
