@@ -9,13 +9,17 @@ and by name: every zone resource is named `<region>-<zone>-…`.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import asdict, dataclass, field
+
+from kontinuum.preview_credentials import Credentials
 
 ZONE = "kontinuum:index:Zone"
 CONFIG_APPLY = "pulumi-python:dynamic/talos:ConfigApply"
 CONFIG_ROLLOUT = "pulumi-python:dynamic/talos:ConfigRollout"
 INSTANCE = "pulumi-python:dynamic/hub:Instance"
 KUBECONFIG = "pulumi-python:dynamic/talos:Kubeconfig"
+TALOS_SECRETS = "pulumi-python:dynamic/talos:TalosSecrets"
 CERTIFICATE = "kubernetes:cert-manager.io/v1:Certificate"
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 DRIFT = "drift: "  # how ConfigApply's read marks a node found without its config (providers/config_apply.py)
@@ -68,6 +72,7 @@ class RegionSummary:
     reboots: list[str] = field(default_factory=list)  # "zone: wave 1: reboot …", the ConfigRollout's plan
     certificates: list[str] = field(default_factory=list)
     addon_values: list[str] = field(default_factory=list)  # "zone release: path old → new"
+    objects: list[str] = field(default_factory=list)  # "zone: name (op)", other Kubernetes objects
     counts: dict[str, int] = field(default_factory=dict)
     cluster_compared: bool = True
     notes: list[str] = field(default_factory=list)
@@ -77,6 +82,14 @@ class RegionSummary:
     @property
     def changed(self) -> bool:
         return any(self.counts.get(op) for op in CHANGES)
+
+    @property
+    def touches_nothing_running(self) -> bool:
+        """Changes that only record something: no node, machine config, reboot, upgrade,
+        certificate or release (a rotation token deleted after its rotation, say)."""
+        return self.changed and not (self.zones_added or self.zones_removed or self.nodes_reset or self.nodes_joining
+                                     or self.configs_changed or self.upgrades or self.reboots or self.certificates
+                                     or self.addon_values or self.objects)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -117,13 +130,18 @@ def settings_diff(old: dict, new: dict) -> list[str]:
     return out
 
 
-def summarize(stack: str, plan: dict, *, region: str | None, zones: list[str]) -> RegionSummary:
+def summarize(stack: str, plan: dict, *, region: str | None, zones: list[str],
+              now: dt.datetime | None = None) -> RegionSummary:
     """The summary of one stack's `pulumi preview --json` plan."""
     s = RegionSummary(stack=stack, region=region)
     steps = plan.get("steps") or []
     s.counts = {k: v for k, v in (plan.get("changeSummary") or {}).items() if v}
     known = set(zones) | {step_name(st)[len(region) + 1:] for st in steps
                           if step_type(st) == ZONE and region and step_name(st).startswith(region + "-")}
+    now = now or dt.datetime.now(dt.timezone.utc)
+    creds = {z: Credentials.of(_props(st, "oldState"), _props(st, "newState"), now) for st in steps
+             if step_type(st) == TALOS_SECRETS and st.get("op") == "update"
+             and (z := _zone_of(step_name(st), region, known)) is not None}
     changed_zones = set()
     for st in steps:
         op, kind, name = st.get("op"), step_type(st), step_name(st)
@@ -158,7 +176,7 @@ def summarize(stack: str, plan: dict, *, region: str | None, zones: list[str]) -
                 elif isinstance(new.get(VIEW), dict):
                     node.why = "records its config view (first run of this version; no config sent if unchanged)"
                 else:
-                    node.why = "machine config may change (no readable view in this plan)"
+                    node.why = "unknown until apply: " + creds.setdefault(zone, Credentials()).unknown_config()
                 node.paths += settings_diff(old, new)
                 s.configs_changed.append(node)
                 for p in node.paths:
@@ -166,12 +184,21 @@ def summarize(stack: str, plan: dict, *, region: str | None, zones: list[str]) -
                         s.upgrades.append(f"{zone} {node.node} ({node.pool}): {p}")
         elif kind == CONFIG_ROLLOUT and op == "update":
             s.reboots += [f"{zone}: {line}" for line in new.get("plan") or []]
-        elif kind in (KUBECONFIG, CERTIFICATE) and op != "create":
+        elif kind == TALOS_SECRETS and op == "update":
+            s.certificates += [f"{zone}: {line}" for line in creds[zone].lines()]
+        elif kind == KUBECONFIG and op != "create":
+            why = creds.setdefault(zone, Credentials()).kubeconfig(old, new, now)
+            if why:
+                s.certificates.append(f"{zone}: {name} ({why})")
+        elif kind == CERTIFICATE and op != "create":
             s.certificates.append(f"{zone}: {name} ({op})")
         elif kind == HELM_RELEASE and op == "update":
             old_v, new_v = old.get("values"), new.get("values")
             lines = view_diff(_flatten(old_v), _flatten(new_v)) if old_v != new_v else []
-            s.addon_values += [f"{zone} {name}: {line}" for line in lines] or [f"{zone} {name}: release changes"]
+            s.addon_values += [f"{zone} {name}: {line}" for line in lines] or [
+                f"{zone} {name}: unknown until apply: {creds.setdefault(zone, Credentials()).unknown_release()}"]
+        elif kind.startswith("kubernetes:"):
+            s.objects.append(f"{zone}: {name} ({op})")
     for z in sorted(changed_zones):
         if z not in s.zones_added and z not in s.zones_removed:
             s.zones_changed.append(z)
@@ -221,10 +248,12 @@ def markdown(s: RegionSummary, *, drift: bool = False) -> str:
                     lines += [f"    - `{p}`" for p in n.paths]
         for label, items in (("Reboots planned, in this order", s.reboots), ("Upgrades planned", s.upgrades),
                              ("Certificates to renew", s.certificates),
-                             ("Addon Helm values", s.addon_values)):
+                             ("Addon Helm values", s.addon_values), ("Kubernetes objects", s.objects)):
             if items:
                 lines.append(f"- **{label}:**")
                 lines += [f"  - `{i}`" for i in items]
+        if s.touches_nothing_running:
+            lines.append("- no changes to any node or release")
     if not s.cluster_compared:
         lines += ["", "_The cluster side was not compared: the zone clusters (or the hub) did not answer from "
                       "here within the bound; Kubernetes objects were diffed against the recorded state only._"]

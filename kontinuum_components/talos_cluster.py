@@ -176,7 +176,8 @@ class TalosCluster(pulumi.ComponentResource):
                               opts=pulumi.ResourceOptions(parent=self, depends_on=cp_applies))
         kubeconfig = Kubeconfig(f"{name}-kubeconfig", address=first_cp, talosconfig=talosconfig,
                                 talos_port=zone.talos_port, timeout=float(t["kubeconfig"]),
-                                secrets_yaml=secrets_yaml, renew_before_days=zone.renew_before_days,
+                                secrets_yaml=secrets_yaml, kubernetes_ca=secrets.kubernetesCa,
+                                renew_before_days=zone.renew_before_days,
                                 opts=pulumi.ResourceOptions(parent=self, depends_on=[bootstrap]))
         self.kubeconfig = kubeconfig.kubeconfig
         # The cluster is the zone's, whatever CA its kubeconfig trusts: without an identifier a

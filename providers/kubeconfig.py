@@ -185,13 +185,18 @@ class KubeconfigProvider(ResourceProvider):
         return ReadResult(id_=id_, outs={**props, "valid": False})
 
 
-SETTINGS = (*UPDATE_ON, "secretsYaml", "renewBeforeDays")
+SETTINGS = (*UPDATE_ON, "secretsYaml", "renewBeforeDays", "kubernetesCa")
 
 
 def _ca_rotated(olds: dict, news: dict) -> bool:
-    """The bundle's cluster CA differs from the one the held kubeconfig trusts. An unknown bundle
-    (a preview while TalosSecrets changes) may carry a new CA: a change."""
-    bundle, held = news.get("secretsYaml"), olds.get("kubeconfig")
+    """The bundle's cluster CA differs from the one the held kubeconfig trusts. Its certificate
+    (`kubernetesCa`, public) is known at preview unless a Kubernetes CA rotation starts; without it
+    (a state recorded before it) the bundle is read, and an unknown bundle (a preview while
+    TalosSecrets changes) may carry a new CA: a change."""
+    ca, held = news.get("kubernetesCa"), olds.get("kubeconfig")
+    if isinstance(ca, str) and ca and isinstance(held, str):
+        return _ca_switched(held, ca.encode())
+    bundle = news.get("secretsYaml")
     if not known(bundle):
         return True
     if not bundle or not isinstance(held, str):
@@ -254,12 +259,14 @@ class Kubeconfig(TypedResource, module="talos", name="Kubeconfig"):
         timeout: pulumi.Input[float] = WAIT_DEFAULTS.kubeconfig,
         request_timeout: pulumi.Input[float] = WAIT_DEFAULTS.http_request,
         secrets_yaml: pulumi.Input[str] | None = None,
+        kubernetes_ca: pulumi.Input[str] | None = None,
         renew_before_days: pulumi.Input[float] = renewal.RENEW_BEFORE_DAYS,
         opts: pulumi.ResourceOptions | None = None,
     ):
         props = {
             "secretsYaml": pulumi.Output.secret(secrets_yaml) if secrets_yaml is not None else None,
             "renewBeforeDays": renew_before_days,
+            "kubernetesCa": kubernetes_ca,
             "kubeconfigExpires": None,
             "address": address,
             "talosPort": talos_port,

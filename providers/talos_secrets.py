@@ -105,13 +105,16 @@ class TalosSecretsProvider(ResourceProvider):
 
 def stable_outputs(olds: dict, news: dict) -> list[str]:
     """What this update cannot change, so a preview keeps it known (providers/previews.py): the
-    bundle and the retiring CAs unless a token starts a rotation; the talosconfig unless it is
+    bundle and the retiring CAs unless a token starts a rotation, the Kubernetes CA unless that
+    rotation is a Kubernetes one; the talosconfig unless it is
     renewed, its Talos CA rotated, or it names another cluster or endpoints. A token recorded,
     removed after its rotation, or a renewal window moved changes only the record."""
     if not known(news.get("rotate")):
         return []
     started = _started(olds, news)
     stable = [] if started else ["secretsYaml", *(["retiringYaml"] if isinstance(olds.get("retiringYaml"), str) else [])]
+    if "kubernetes" not in started and isinstance(olds.get("kubernetesCa"), str):
+        stable.append("kubernetesCa")
     if not (_renewal_due(olds, news) or "talos" in started or not known(news.get("renewBeforeDays"))):
         stable.append("talosconfigExpires")
         if all(known(news.get(k)) and olds.get(k) == news.get(k) for k in UPDATE_ON):
@@ -174,18 +177,21 @@ def _outputs(props: dict, secrets_yaml: str, bundle: secrets.SecretsBundle, clie
         "secretsYaml": secrets_yaml,
         "talosconfig": _render(props, bundle, client),
         "talosconfigExpires": renewal.rfc3339(renewal.expiry(client.crt)),
+        "kubernetesCa": bundle.k8s.crt.decode(),  # public: what a Kubeconfig diff compares, known at preview
     }
 
 
 class TalosSecrets(TypedResource, module="talos", name="TalosSecrets"):
     """Outputs: secretsYaml (talosctl format) and talosconfig (context = cluster_name, endpoints =
     endpoints, os:admin certificate renewed within renewBeforeDays of expiry), both secret;
-    talosconfigExpires (RFC 3339 UTC, not secret)."""
+    talosconfigExpires (RFC 3339 UTC, not secret); kubernetesCa (the bundle's Kubernetes CA
+    certificate, public)."""
 
     secretsYaml: pulumi.Output[str]
     talosconfig: pulumi.Output[str]
     talosconfigExpires: pulumi.Output[str]
     retiringYaml: pulumi.Output[str]
+    kubernetesCa: pulumi.Output[str]
 
     def __init__(
         self,
@@ -208,5 +214,6 @@ class TalosSecrets(TypedResource, module="talos", name="TalosSecrets"):
             "secretsYaml": None,
             "talosconfig": None,
             "talosconfigExpires": None,
+            "kubernetesCa": None,
         }
         super().__init__(TalosSecretsProvider(), resource_name, props, with_secret_outputs(opts, *SECRET_OUTPUTS))

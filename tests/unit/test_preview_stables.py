@@ -15,7 +15,7 @@ from providers.previews import Stables, preview_outputs
 from providers.talos_secrets import TalosSecretsProvider
 
 UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"  # the engine's placeholder for a value preview cannot know
-BUNDLE_OUTS = {"secretsYaml", "retiringYaml", "talosconfig", "talosconfigExpires"}
+BUNDLE_OUTS = {"secretsYaml", "retiringYaml", "talosconfig", "talosconfigExpires", "kubernetesCa"}
 
 
 def _secrets():
@@ -38,13 +38,13 @@ def test_a_record_only_update_of_the_bundle_keeps_every_output():
 def test_what_really_changes_is_not_stable():
     p, props, outs = _secrets()
     rotating = p.diff("rec", outs, {**props, "rotate": {"talos": "b"}})  # a new Talos CA and a new client cert
-    assert rotating.changes and not rotating.stables
+    assert rotating.changes and rotating.stables == ["kubernetesCa"]  # the Kubernetes CA stays: clients keep it
     k8s = p.diff("rec", outs, {**props, "rotate": {"talos": "a", "kubernetes": "b"}})
     assert set(k8s.stables) == {"talosconfig", "talosconfigExpires"}  # the bundle changes, the talosconfig not
     due = p.diff("rec", outs, {**props, "renewBeforeDays": 4000})  # the admin certificate is renewed
-    assert due.changes and set(due.stables) == {"secretsYaml", "retiringYaml"}
+    assert due.changes and set(due.stables) == {"secretsYaml", "retiringYaml", "kubernetesCa"}
     moved = p.diff("rec", outs, {**props, "endpoints": ["127.0.68.12"]})  # rendered again: other endpoints
-    assert set(moved.stables) == {"secretsYaml", "retiringYaml", "talosconfigExpires"}
+    assert set(moved.stables) == {"secretsYaml", "retiringYaml", "talosconfigExpires", "kubernetesCa"}
     unknown = p.diff("rec", outs, {**props, "endpoints": UNKNOWN})
     assert "talosconfig" not in unknown.stables
 

@@ -3,6 +3,7 @@ every secret of the bundle masked, and the CLI's exit codes for bad input withou
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from kontinuum.talos import config_view, machineconfig as mc, secrets
 from kontinuum.talos.clusterspec import CONTROLPLANE, ClusterSpec, PoolSpec
 
 FIXTURE = Path(__file__).parent / "fixtures" / "talosctl-secrets.yaml"
+NOW = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 BASE = "urn:pulumi:eu::kontinuum::kontinuum:index:Zone$kontinuum:index:TalosCluster$"
 
 
@@ -76,9 +78,11 @@ def test_summary_names_zones_nodes_config_paths_and_upgrades(bundle):
                 step("delete", "kontinuum:index:Zone", "eu-c", {}, None, parent="urn:pulumi:eu::kontinuum::"),
                 step("delete", "pulumi-python:dynamic/talos:ConfigApply", "eu-c-33334444",
                      {"address": "10.0.2.11", "pool": "general"}),
-                step("update", "pulumi-python:dynamic/talos:Kubeconfig", "eu-a-kubeconfig", {}, {}),
+                step("update", "pulumi-python:dynamic/talos:Kubeconfig", "eu-a-kubeconfig",
+                     {"address": "10.0.0.5", "kubeconfigExpires": "2026-01-10T00:00:00Z"},
+                     {"address": "10.0.0.5", "renewBeforeDays": 30}),
             ]}
-    s = summarize("eu", plan, region="eu", zones=["a", "b"])
+    s = summarize("eu", plan, region="eu", zones=["a", "b"], now=NOW)
     assert (s.zones_added, s.zones_removed, s.zones_changed) == (["b"], ["c"], ["a"])
     assert [(n.zone, n.node) for n in s.nodes_reset] == [("c", "10.0.2.11")]
     assert [(n.zone, n.node) for n in s.nodes_joining] == [("b", "10.0.1.11")]
@@ -89,7 +93,8 @@ def test_summary_names_zones_nodes_config_paths_and_upgrades(bundle):
                for p in changed.paths)
     assert s.upgrades == ["a 10.0.0.5 (controlplane): machine.install.image: ghcr.io/siderolabs/installer:v1.13.0"
                           " → ghcr.io/siderolabs/installer:v1.13.1"]
-    assert s.certificates == ["a: eu-a-kubeconfig (update)"]
+    assert s.certificates == ["a: eu-a-kubeconfig (admin kubeconfig renewed: its certificate expires "
+                              "2026-01-10T00:00:00Z, within certificates.renewBefore (30 days))"]
     text = markdown(s)
     assert "Nodes to be reset" in text and "10.0.2.11" in text and s.status == "changes"
     for value in secrets.secret_values(bundle):
@@ -137,3 +142,52 @@ def test_the_summary_lists_the_reboots_a_config_change_makes_in_their_order():
     assert s.reboots == [f"a: {line}" for line in plan_lines]
     text = markdown(s)
     assert text.index("Reboots planned, in this order") < text.index("wave 1: reboot cp-1")
+
+
+# --- credentials (issue 31): no renewal, config change or release change the up would not make ---
+
+SECRETS, ROTATION = "pulumi-python:dynamic/talos:TalosSecrets", "pulumi-python:dynamic/talos:CaRotation"
+RECORDED = {"rotate": {"talos": "2026-12"}, "renewBeforeDays": 30, "talosconfigExpires": "2027-01-01T00:00:00Z"}
+
+
+def test_a_rotation_token_cleanup_reads_no_changes_to_any_node_or_release():
+    plan = {"changeSummary": {"same": 79, "update": 2},
+            "steps": [step("update", SECRETS, "eu-a-secrets", RECORDED, {**RECORDED, "rotate": {}}),
+                      step("update", ROTATION, "eu-a-ca-rotation", {"rotate": {"talos": "2026-12"}}, {"rotate": {}})]}
+    s = summarize("eu", plan, region="eu", zones=["a"], now=NOW)
+    assert s.certificates == [] and s.configs_changed == [] and s.addon_values == []
+    text = markdown(s)
+    assert "no changes to any node or release" in text and "renew" not in text, text
+
+
+def test_a_rotation_names_itself_and_what_is_unknown_until_apply():
+    node = {"address": "10.0.0.5", "pool": "controlplane", "configView": {"machine.ca.crt": "x"}}
+    unknown = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
+    plan = {"changeSummary": {"update": 4},
+            "steps": [step("update", SECRETS, "eu-a-secrets", RECORDED, {**RECORDED, "rotate": {"talos": "2027-01"}}),
+                      step("update", "pulumi-python:dynamic/talos:ConfigApply", "eu-a-0a1b2c3d", node,
+                           {**node, "configView": unknown}),
+                      step("update", "pulumi-python:dynamic/talos:Kubeconfig", "eu-a-kubeconfig",
+                           {"address": "10.0.0.5", "kubeconfigExpires": "2027-01-01T00:00:00Z"},
+                           {"address": "10.0.0.5", "renewBeforeDays": 30}),
+                      step("update", "kubernetes:helm.sh/v3:Release", "eu-a-cilium", {"values": {"a": 1}},
+                           {"values": {"a": 1}})]}
+    s = summarize("eu", plan, region="eu", zones=["a"], now=NOW)
+    assert s.certificates == ["a: CA rotation of the Talos API CA (certificates.rotate.talos: 2026-12 → 2027-01): "
+                              "every node, one at a time, no reboot; accept, swap, clients switched, old CA dropped"]
+    (node_change,) = s.configs_changed
+    assert node_change.why == ("unknown until apply: the machine config is rendered from the secrets bundle, which "
+                               "the CA rotation changes (certificates.rotate.talos)")
+    assert s.addon_values == ["a eu-a-cilium: unknown until apply: an input of the release (or its Kubernetes "
+                              "provider's config) is not known at preview"]
+    assert "no changes to any node or release" not in markdown(s)
+
+
+def test_a_due_talosconfig_renewal_is_claimed_and_a_window_not_due_is_not():
+    due = {**RECORDED, "talosconfigExpires": "2026-01-20T00:00:00Z"}
+    plan = {"changeSummary": {"update": 1}, "steps": [step("update", SECRETS, "eu-a-secrets", due, due)]}
+    assert summarize("eu", plan, region="eu", zones=["a"], now=NOW).certificates == [
+        "a: admin talosconfig renewed: its certificate expires 2026-01-20T00:00:00Z, within certificates.renewBefore "
+        "(30 days)"]
+    plan["steps"] = [step("update", SECRETS, "eu-a-secrets", RECORDED, {**RECORDED, "renewBeforeDays": 45})]
+    assert summarize("eu", plan, region="eu", zones=["a"], now=NOW).certificates == []

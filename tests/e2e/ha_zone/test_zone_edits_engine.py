@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,9 @@ from kontinuum.talos import talosconfig
 from kontinuum.talos.client import TalosClient
 from kontinuum.talos.errors import PermissionDeniedError
 from lab.pulumi_cli import ROOT, Stack
+from tests.e2e.exact import compare
+from tests.e2e.exact import made as made_steps
+from tests.e2e.exact import planned as planned_steps
 from tests.e2e.cluster_lab import (REGION, address, all_nodes, calls, delta, mutating, node_state, ready, write_config,
                                    zone)
 
@@ -142,6 +146,57 @@ def test_hub_side_edits_touch_no_node(zone_stack, tmp_path):
         z["unregisterInstancesOnDelete"] = True
     edit(stack, change)
     converge(stack)
+
+
+# --- credentials: each preview plans exactly what its up does (issue 31) ---------------------------
+
+SECRETS, ROTATION = "talos:TalosSecrets::e2e-ha-secrets", "talos:CaRotation::e2e-ha-ca-rotation"
+
+
+def certificates(change) -> callable:
+    return lambda c, z: change(z.setdefault("certificates", {}))
+
+
+def test_renewal_window_moved_previews_and_changes_nothing(zone_stack, tmp_path):
+    stack, _ = zone_stack
+    edit(stack, certificates(lambda cert: cert.update({"renewBefore": 45})))
+    before = calls(all_nodes())
+    plan, _ = compare(stack, tmp_path / "up.jsonl")
+    assert plan == set(), plan  # no certificate is due within 45 days: nothing to renew
+    assert mutating(delta(before, calls(all_nodes()))) == {}
+
+
+def test_a_talos_ca_rotation_and_its_cleanup_preview_exactly_their_up(zone_stack, tmp_path):
+    stack, _ = zone_stack
+    edit(stack, certificates(lambda cert: cert.update({"rotate": {"talos": "e2e-1"}})))
+    t0 = time.monotonic()
+    plan = planned_steps(stack)
+    did = made_steps(stack, tmp_path / "rotate.jsonl")
+    print(f"rotation: planned-not-made {sorted(plan - did)}; made-not-planned {sorted(did - plan)}; "
+          f"{time.monotonic() - t0:.0f}s")
+    stack.preview("--expect-no-changes")
+    # The rotation block deleted once it finished: both resources record it; no node, no release, no
+    # certificate, no Kubernetes object changes, and the preview says so.
+    edit(stack, lambda c, z: z.pop("certificates"))
+    md = kontinuum_preview(stack, tmp_path)
+    assert "no changes to any node or release" in md, md
+    before = calls(all_nodes())
+    plan, _ = compare(stack, tmp_path / "cleanup.jsonl")
+    assert plan == {("update", f"pulumi-python:dynamic/{SECRETS}"), ("update", f"pulumi-python:dynamic/{ROTATION}")}, plan
+    assert mutating(delta(before, calls(all_nodes()))) == {}
+    stack.preview("--expect-no-changes")
+
+
+def kontinuum_preview(stack, tmp_path) -> str:
+    """`python -m kontinuum preview` of this stack (its config file in a stacks folder of its own)."""
+    stacks = tmp_path / "stacks"
+    stacks.mkdir(exist_ok=True)
+    shutil.copy(stack.config_file, stacks / f"Pulumi.{stack.name}.yaml")
+    md = tmp_path / "preview.md"
+    r = subprocess.run([sys.executable, "-m", "kontinuum", "preview", "--stack", stack.name, "--stacks-dir", str(stacks),
+                        "--markdown", str(md)], cwd=ROOT, env=stack.env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode in (0, 2), r.stderr
+    return md.read_text()
 
 
 def test_cluster_patch_reapplies_every_node_once_and_resets_none(zone_stack):
