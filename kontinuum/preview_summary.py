@@ -142,6 +142,7 @@ def summarize(stack: str, plan: dict, *, region: str | None, zones: list[str],
     creds = {z: Credentials.of(_props(st, "oldState"), _props(st, "newState"), now) for st in steps
              if step_type(st) == TALOS_SECRETS and st.get("op") == "update"
              and (z := _zone_of(step_name(st), region, known)) is not None}
+    unknown: dict[str, list[str]] = {}  # zone -> objects planned only because the provider's kubeconfig is unknown
     changed_zones = set()
     for st in steps:
         op, kind, name = st.get("op"), step_type(st), step_name(st)
@@ -190,6 +191,9 @@ def summarize(stack: str, plan: dict, *, region: str | None, zones: list[str],
             why = creds.setdefault(zone, Credentials()).kubeconfig(old, new, now)
             if why:
                 s.certificates.append(f"{zone}: {name} ({why})")
+        elif kind.startswith("kubernetes:") and op == "update" and kind != HELM_RELEASE and \
+                creds.setdefault(zone, Credentials()).kubeconfig_why:
+            unknown.setdefault(zone, []).append(name)  # the provider's config is unknown: not a claim per object
         elif kind == CERTIFICATE and op != "create":
             s.certificates.append(f"{zone}: {name} ({op})")
         elif kind == HELM_RELEASE and op == "update":
@@ -199,6 +203,10 @@ def summarize(stack: str, plan: dict, *, region: str | None, zones: list[str],
                 f"{zone} {name}: unknown until apply: {creds.setdefault(zone, Credentials()).unknown_release()}"]
         elif kind.startswith("kubernetes:"):
             s.objects.append(f"{zone}: {name} ({op})")
+    for z, names in unknown.items():
+        s.objects.append(f"{z}: {len(names)} objects on the zone's Kubernetes provider: unknown until apply: its "
+                         f"kubeconfig is {creds[z].kubeconfig_why}, so the engine cannot compare them at preview "
+                         f"({', '.join(names)})")
     for z in sorted(changed_zones):
         if z not in s.zones_added and z not in s.zones_removed:
             s.zones_changed.append(z)

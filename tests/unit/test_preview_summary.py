@@ -172,6 +172,20 @@ def test_a_rotation_names_itself_and_what_is_unknown_until_apply():
                            {"address": "10.0.0.5", "renewBeforeDays": 30}),
                       step("update", "kubernetes:helm.sh/v3:Release", "eu-a-cilium", {"values": {"a": 1}},
                            {"values": {"a": 1}})]}
+    kubernetes = {"rotate": {"talos": "2027-01", "kubernetes": "2027-01"}}
+    reissued = {"changeSummary": {"update": 4},
+                "steps": [step("update", SECRETS, "eu-a-secrets", {**RECORDED, "rotate": {"talos": "2027-01"}},
+                               {**RECORDED, **kubernetes}),
+                          step("update", "pulumi-python:dynamic/talos:Kubeconfig", "eu-a-kubeconfig",
+                               {"address": "10.0.0.5"}, {"address": "10.0.0.5"}),
+                          step("update", "kubernetes:cert-manager.io/v1:Certificate", "eu-a-certificate", {}, {}),
+                          step("update", "kubernetes:core/v1:Namespace", "eu-a-namespace", {}, {})]}
+    r = summarize("eu", reissued, region="eu", zones=["a"], now=NOW)
+    assert r.certificates[1:] == ["a: eu-a-kubeconfig (re-issued from the new Kubernetes CA "
+                                  "(certificates.rotate.kubernetes))"]  # the Certificate object is not renewed
+    assert r.objects == ["a: 2 objects on the zone's Kubernetes provider: unknown until apply: its kubeconfig is "
+                         "re-issued from the new Kubernetes CA (certificates.rotate.kubernetes), so the engine cannot "
+                         "compare them at preview (eu-a-certificate, eu-a-namespace)"]
     s = summarize("eu", plan, region="eu", zones=["a"], now=NOW)
     assert s.certificates == ["a: CA rotation of the Talos API CA (certificates.rotate.talos: 2026-12 → 2027-01): "
                               "every node, one at a time, no reboot; accept, swap, clients switched, old CA dropped"]
