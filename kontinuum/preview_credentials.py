@@ -78,6 +78,13 @@ class Credentials:
         self.kubeconfig_why = why
         return why
 
+    def rotation_cause(self) -> str | None:
+        """What makes the zone's machine configs unknown at preview, when a CA rotation does."""
+        if not self.rotations:
+            return None
+        kinds = ", ".join(f"certificates.rotate.{k}" for k in self.rotations)
+        return f"the secrets bundle they are rendered from changes with the CA rotation ({kinds})"
+
     def unknown_config(self) -> str:
         """Why a machine config view is not known at preview."""
         if self.rotations:

@@ -184,7 +184,9 @@ def summarize(stack: str, plan: dict, *, region: str | None, zones: list[str],
                     if p.split(":", 1)[0] in UPGRADE_PATHS:
                         s.upgrades.append(f"{zone} {node.node} ({node.pool}): {p}")
         elif kind == CONFIG_ROLLOUT and op == "update":
-            s.reboots += [f"{zone}: {line}" for line in new.get("plan") or []]
+            why = creds.setdefault(zone, Credentials()).rotation_cause()
+            s.reboots += [f"{zone}: {line}" + (f"; {why}" if why and str(line).startswith("unknown until apply") else "")
+                          for line in new.get("plan") or []]
         elif kind == TALOS_SECRETS and op == "update":
             s.certificates += [f"{zone}: {line}" for line in creds[zone].lines()]
         elif kind == KUBECONFIG and op != "create":

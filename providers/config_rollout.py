@@ -77,9 +77,12 @@ def preview_plan(olds: dict, news: dict) -> list[str]:
     until apply" with the reason when the plan cannot know."""
     from kontinuum.lifecycle import config_rollout
 
-    values = [news.get("configs"), news.get("nodes"), news.get("talosconfig"), news.get("maxUnavailable")]
-    if not all(known(v) for v in values) or any(not known(v) for v in (news.get("configs") or {}).values()):
-        return [f"{UNKNOWN}: the new config depends on values only the update computes (e.g. renewed secrets)"]
+    configs = news.get("configs")
+    unknown = [f"the machine config of pool {pool}" for pool, v in (configs.items() if isinstance(configs, dict) else ())
+               if not known(v)] + [f"input {k}" for k in ("configs", "nodes", "talosconfig", "maxUnavailable")
+                                   if not known(news.get(k))]
+    if unknown:
+        return [f"{UNKNOWN}: {', '.join(unknown)} (computed in the up, e.g. from a secrets bundle that changes)"]
     nodes, gate = _context(news)
     try:
         steps = config_rollout.plan(gate, nodes, news["configs"], ASK_TIMEOUT)

@@ -163,7 +163,7 @@ def test_a_rotation_token_cleanup_reads_no_changes_to_any_node_or_release():
 def test_a_rotation_names_itself_and_what_is_unknown_until_apply():
     node = {"address": "10.0.0.5", "pool": "controlplane", "configView": {"machine.ca.crt": "x"}}
     unknown = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
-    plan = {"changeSummary": {"update": 4},
+    plan = {"changeSummary": {"update": 5},
             "steps": [step("update", SECRETS, "eu-a-secrets", RECORDED, {**RECORDED, "rotate": {"talos": "2027-01"}}),
                       step("update", "pulumi-python:dynamic/talos:ConfigApply", "eu-a-0a1b2c3d", node,
                            {**node, "configView": unknown}),
@@ -171,7 +171,9 @@ def test_a_rotation_names_itself_and_what_is_unknown_until_apply():
                            {"address": "10.0.0.5", "kubeconfigExpires": "2027-01-01T00:00:00Z"},
                            {"address": "10.0.0.5", "renewBeforeDays": 30}),
                       step("update", "kubernetes:helm.sh/v3:Release", "eu-a-cilium", {"values": {"a": 1}},
-                           {"values": {"a": 1}})]}
+                           {"values": {"a": 1}}),
+                      step("update", "pulumi-python:dynamic/talos:ConfigRollout", "eu-a-config-rollout", {},
+                           {"plan": ["unknown until apply: the machine config of pool controlplane (computed in the up)"]})]}
     kubernetes = {"rotate": {"talos": "2027-01", "kubernetes": "2027-01"}}
     reissued = {"changeSummary": {"update": 4},
                 "steps": [step("update", SECRETS, "eu-a-secrets", {**RECORDED, "rotate": {"talos": "2027-01"}},
@@ -194,6 +196,8 @@ def test_a_rotation_names_itself_and_what_is_unknown_until_apply():
                                "the CA rotation changes (certificates.rotate.talos)")
     assert s.addon_values == ["a eu-a-cilium: unknown until apply: an input of the release (or its Kubernetes "
                               "provider's config) is not known at preview"]
+    assert s.reboots == ["a: unknown until apply: the machine config of pool controlplane (computed in the up); the "
+                         "secrets bundle they are rendered from changes with the CA rotation (certificates.rotate.talos)"]
     assert "no changes to any node or release" not in markdown(s)
 
 
