@@ -1,6 +1,7 @@
 """What a region's preview means to a platform team, derived from the engine's `preview --json`
 plan (pure, no I/O): zones added, removed or changed, nodes to be reset, machine configs that
-change (path by path, secrets masked), upgrades planned and certificates to renew.
+change (path by path, secrets masked), upgrades planned, certificates renewed and CAs rotated
+(kontinuum/preview_credentials.py), and where the plan cannot know, "unknown until apply" and why.
 
 The engine prints secrets as "[secret]" in that plan; nothing here reveals more than it does.
 Steps are attributed by type (each provider has its own, `pulumi-python:dynamic/<module>:<Name>`)
@@ -257,7 +258,7 @@ def markdown(s: RegionSummary, *, drift: bool = False) -> str:
                     lines.append(f"  - `{n.zone}` {n.node} (pool {n.pool}): {n.why}")
                     lines += [f"    - `{p}`" for p in n.paths]
         for label, items in (("Reboots planned, in this order", s.reboots), ("Upgrades planned", s.upgrades),
-                             ("Certificates to renew", s.certificates),
+                             ("Certificates renewed, CAs rotated", s.certificates),
                              ("Addon Helm values", s.addon_values), ("Kubernetes objects", s.objects)):
             if items:
                 lines.append(f"- **{label}:**")

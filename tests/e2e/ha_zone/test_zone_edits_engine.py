@@ -1,7 +1,10 @@
 """A live zone survives every edit (issue 13): the HA zone (3 control planes, 2 workers) that
 test_talos_cluster_engine brought up is edited one documented key at a time. For each edit:
-the up converges, only the documented effect happens (Talos calls counted on every lab node:
-no apply or reset on a node the edit does not concern) and the next preview shows no changes.
+the preview plans exactly the steps the up then makes (issue 31, tests/e2e/exact.py; the one
+allowed difference is named there), the up converges, only the documented effect happens (Talos
+calls counted on every lab node: no apply or reset on a node the edit does not concern) and the
+next preview shows no changes. The credential keys too: certificates.renewBefore, a Talos CA
+rotation token set, changed and removed (its cleanup reads "no changes to any node or release").
 Membership is by machine: a spare listed for a pool joins and leaves without touching the
 machines that stay, and a preview of an unrelated pool edit plans no replace.
 """
