@@ -67,15 +67,16 @@ class Credentials:
 
     def kubeconfig(self, old: dict, new: dict, now: dt.datetime) -> str | None:
         """Why a Kubeconfig update changes the admin kubeconfig, or None when it keeps it."""
-        why = None
+        why = cause = None
         if "kubernetes" in self.rotations:
-            why = "re-issued from the new Kubernetes CA (certificates.rotate.kubernetes)"
+            why = cause = "re-issued from the new Kubernetes CA (certificates.rotate.kubernetes)"
         elif old.get("valid") is False or renewal_due(old.get("kubeconfigExpires"), new.get("renewBeforeDays"), now):
             why = (f"admin kubeconfig renewed: its certificate expires {old.get('kubeconfigExpires')}, within "
                    f"certificates.renewBefore ({_days(new.get('renewBeforeDays')):g} days)")
+            cause = "renewed (certificates.renewBefore)"
         elif old.get("address") != new.get("address"):
-            why = f"fetched again from {new.get('address')}"
-        self.kubeconfig_why = why
+            why = cause = f"fetched again from {new.get('address')}"
+        self.kubeconfig_why = cause  # what makes the zone's Kubernetes provider's config unknown at preview
         return why
 
     def rotation_cause(self) -> str | None:

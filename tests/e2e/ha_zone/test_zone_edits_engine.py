@@ -31,7 +31,7 @@ from kontinuum.talos import talosconfig
 from kontinuum.talos.client import TalosClient
 from kontinuum.talos.errors import PermissionDeniedError
 from lab.pulumi_cli import ROOT, Stack
-from tests.e2e.exact import compare
+from tests.e2e.exact import DEFAULT_PROVIDER, compare
 from tests.e2e.exact import made as made_steps
 from tests.e2e.exact import planned as planned_steps
 from tests.e2e.cluster_lab import (REGION, address, all_nodes, calls, delta, mutating, node_state, ready, write_config,
@@ -197,6 +197,29 @@ def test_rotation_tokens_set_changed_and_removed_preview_exactly_their_up(zone_s
     assert plan == {("update", f"pulumi-python:dynamic/{SECRETS}"), ("update", f"pulumi-python:dynamic/{ROTATION}")}, plan
     assert mutating(delta(before, calls(all_nodes()))) == {}
     stack.preview("--expect-no-changes")
+
+
+def test_a_due_renewal_previews_its_certificates_and_names_what_is_unknown(zone_stack, tmp_path):
+    """renewBefore beyond the certificates' year: both admin certificates are renewed, locally. The
+    renewed kubeconfig is known only once the up issues it, so the engine plans every object on the
+    zone's Kubernetes provider as possibly changing; the up changes none of them, and the summary
+    says "unknown until apply" and why instead of claiming a change. Everything else is exact."""
+    stack, _ = zone_stack
+    edit(stack, certificates(lambda cert: cert.update({"renewBefore": 400})))
+    md = kontinuum_preview(stack, tmp_path)
+    assert "admin talosconfig renewed" in md and "admin kubeconfig renewed" in md, md
+    assert "objects on the zone's Kubernetes provider: unknown until apply: its kubeconfig is renewed " \
+           "(certificates.renewBefore)" in md, md
+    before = calls(all_nodes())
+    plan = planned_steps(stack)
+    did = made_steps(stack, tmp_path / "renewal.jsonl")
+    assert did - plan <= {DEFAULT_PROVIDER}, sorted(did - plan)
+    assert plan - did and all(k.startswith("kubernetes:") for _, k in plan - did), sorted(plan - did)
+    assert {("update", f"pulumi-python:dynamic/{SECRETS}"), ("update", "pulumi-python:dynamic/talos:Kubeconfig::"
+            "e2e-ha-kubeconfig")} <= did, sorted(did)
+    assert mutating(delta(before, calls(all_nodes()))) == {}  # renewed locally: no node is asked
+    edit(stack, lambda c, z: z.pop("certificates"))  # back to the default window: nothing due, nothing to do
+    converge(stack)
 
 
 def kontinuum_preview(stack, tmp_path) -> str:
