@@ -56,6 +56,16 @@ def _backup(props: dict, key: str, backup_talosconfig: str) -> dict:
     return {"lastBackup": taken.path}
 
 
+def stable_outputs(olds: dict, news: dict) -> list[str]:
+    """What an update keeps, so a preview keeps it known (providers/previews.py): the key always
+    (issued once), the credential unless it is reissued, the last backup unless one is taken."""
+    stable = ["key"]
+    if known(news.get("secretsYaml")) and known(news.get("controlPlanes")) and not credential.stale(
+            olds.get("backupTalosconfig"), news["secretsYaml"], news["controlPlanes"], _renew_before(news)):
+        stable += ["backupTalosconfig", "backupTalosconfigExpires"]
+    return stable + ([] if news.get("onUp") else ["lastBackup"])
+
+
 class EtcdBackupProvider(ResourceProvider):
     def check(self, olds, news):
         inputs = Inputs(news)
@@ -68,7 +78,8 @@ class EtcdBackupProvider(ResourceProvider):
         renew = not changed and known(news.get("secretsYaml")) and known(news.get("controlPlanes")) and \
             credential.stale(olds.get("backupTalosconfig"), news["secretsYaml"], news["controlPlanes"],
                              _renew_before(news))
-        return DiffResult(changes=bool(changed) or renew or bool(news.get("onUp")), replaces=[])
+        return DiffResult(changes=bool(changed) or renew or bool(news.get("onUp")), replaces=[],
+                          stables=stable_outputs(olds, news))
 
     def create(self, props):
         key = sealed.new_key()

@@ -90,3 +90,20 @@ def test_a_preview_update_carries_exactly_the_stable_outputs():
     stables = Stables()
     stables.put("urn:a", ["secretsYaml"])
     assert stables.pop("urn:a") == ["secretsYaml"] and stables.pop("urn:a") == []  # one diff, one preview update
+
+
+def test_the_backup_keeps_its_key_and_its_credential_unless_reissued():
+    from providers.etcd_backup import EtcdBackupProvider
+
+    p = EtcdBackupProvider()
+    props = {"cluster": "rec", "stack": "s", "destination": "/nowhere", "keep": 3, "onUp": False,
+             "secretsYaml": secrets.dump(secrets.generate()), "controlPlanes": ["127.0.68.11"], "talosPort": 50000,
+             "renewBeforeDays": 30}
+    outs = p.create(props).outs  # no onUp: no node is asked
+    window = p.diff("rec", outs, {**props, "renewBeforeDays": 45})  # recorded: the credential is not due
+    assert window.changes and set(window.stables) == {"key", "backupTalosconfig", "backupTalosconfigExpires",
+                                                       "lastBackup"}
+    moved = p.diff("rec", outs, {**props, "controlPlanes": ["127.0.68.12"]})  # reissued for other control planes
+    assert set(moved.stables) == {"key", "lastBackup"}
+    unknown = p.diff("rec", outs, {**props, "secretsYaml": UNKNOWN, "onUp": True})
+    assert unknown.stables == ["key"]
