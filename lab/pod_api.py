@@ -129,7 +129,7 @@ def resolve(pod: dict, *, machine: str, service: tuple[str, int], dataplane: boo
         return Route(machine, port, host, asked, f"the machine's own {machine}:{port}")
     if host == service[0] and port == service[1]:
         if dataplane:
-            return Route(machine, 7445, host, asked, "the Service dataplane (through the machine's KubePrism)")
+            return Route(machine, 7445, host, asked, "the Service dataplane, through the machine's KubePrism")
         return Route(hole.host, hole.port, host, asked, "a black hole: no Service dataplane on the node yet")
     try:
         loopback = ipaddress.ip_address(host).is_loopback
