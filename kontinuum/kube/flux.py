@@ -127,6 +127,11 @@ def operator_problem(core: client.CoreV1Api, namespace: str) -> str | None:
                 detail += f": {term.message.strip()}" if (term.message or "").strip() else ""
             elif cs.state and cs.state.waiting:
                 detail += f", {cs.name} {cs.state.waiting.reason}"
+        if cause is None and not ready and p.spec.host_network:
+            env = {e.name: e.value for e in (p.spec.containers[0].env if p.spec.containers else None) or []}
+            if env.get("KUBERNETES_SERVICE_HOST"):
+                cause = (f"its API address is {env['KUBERNETES_SERVICE_HOST']}:{env.get('KUBERNETES_SERVICE_PORT')} "
+                         "(KUBERNETES_SERVICE_HOST/PORT in its env): on Talos it must be KubePrism, localhost:7445")
         out.append(f"pod {p.metadata.name}: {detail}" + (f"; {cause}" if cause else ""))
     return "; ".join(out)
 

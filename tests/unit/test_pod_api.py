@@ -55,3 +55,18 @@ def test_kubeprism_port_from_the_machine_config():
     on = yaml.safe_dump({"version": "v1alpha1", "machine": {"features": {"kubePrism": {"enabled": True, "port": 7445}}}})
     off = yaml.safe_dump({"version": "v1alpha1", "machine": {"features": {}}})
     assert pod_api.kubeprism_port(on.encode()) == 7445 and pod_api.kubeprism_port(off.encode()) is None
+
+
+def test_an_exited_container_is_reported_as_a_kubelet_does():
+    from lab.pod_processes import container_status
+    p = {"spec": {"containers": [{"name": "manager", "image": "i"}]},
+         "status": {"containerStatuses": [{"name": "manager", "state": {"running": {"startedAt": "t0"}}}]}}
+    cs = container_status(p, running=False, restarts=1, exit_code=1, log_tail="dial tcp: i/o timeout")["status"]
+    [c] = cs["containerStatuses"]
+    assert c["state"]["waiting"]["reason"] == "CrashLoopBackOff" and c["restartCount"] == 1 and not c["ready"]
+    assert c["lastState"]["terminated"] == {"exitCode": 1, "reason": "Error", "startedAt": "t0",
+                                            "finishedAt": c["lastState"]["terminated"]["finishedAt"]}
+    assert {x["type"]: x["status"] for x in cs["conditions"]} == {"ContainersReady": "False", "Ready": "False"}
+    p["spec"]["containers"][0]["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    cs = container_status(p, running=False, restarts=2, exit_code=1, log_tail="dial tcp: i/o timeout")["status"]
+    assert cs["containerStatuses"][0]["lastState"]["terminated"]["message"] == "dial tcp: i/o timeout"
