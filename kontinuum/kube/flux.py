@@ -116,8 +116,9 @@ def operator_problem(core: client.CoreV1Api, namespace: str) -> str | None:
     service = _service(core) if any(p.spec.host_network for p in pods) else None
     for p in pods:
         ready = any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+        restarted = any(cs.restart_count for cs in p.status.container_statuses or [])
         cause = api_address_problem(p, service)
-        if ready and cause is None:
+        if ready and not restarted and cause is None:
             return None
         detail = "Ready" if ready else (p.status.phase or "Pending")
         for cs in p.status.container_statuses or []:
@@ -127,9 +128,11 @@ def operator_problem(core: client.CoreV1Api, namespace: str) -> str | None:
                 detail += f": {term.message.strip()}" if (term.message or "").strip() else ""
             elif cs.state and cs.state.waiting:
                 detail += f", {cs.name} {cs.state.waiting.reason}"
-        if cause is None and not ready and p.spec.host_network:
+            detail += f", restarted {cs.restart_count} times" if cs.restart_count else ""
+        if cause is None and (restarted or not ready) and p.spec.host_network:
             env = {e.name: e.value for e in (p.spec.containers[0].env if p.spec.containers else None) or []}
-            if env.get("KUBERNETES_SERVICE_HOST"):
+            asked = (env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT"))
+            if asked[0] and asked not in (("localhost", "7445"), ("127.0.0.1", "7445")):
                 cause = (f"its API address is {env['KUBERNETES_SERVICE_HOST']}:{env.get('KUBERNETES_SERVICE_PORT')} "
                          "(KUBERNETES_SERVICE_HOST/PORT in its env): on Talos it must be KubePrism, localhost:7445")
         out.append(f"pod {p.metadata.name}: {detail}" + (f"; {cause}" if cause else ""))

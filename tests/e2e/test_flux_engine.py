@@ -15,6 +15,7 @@ Gitea-era credential is a token no server is asked with. Tests run in file order
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -88,15 +89,15 @@ class Zone:
         self.credentials = {"primary": {"knownHosts": git["known_hosts"]}, "gitea": {"username": "git"}}
         self.secrets = {"primary": ("sshPrivateKey", git["deploy_key"]), "gitea": ("token", OLD_TOKEN)}
 
-    def configure(self, **flux) -> None:
+    def configure(self, *, flux_timeout: int = 240, chart: Path | None = None, **flux) -> None:
         cfg = lab_stack_config(self.lab)  # this lab runs no ACME server: the stand-in cert-manager chart
-        cfg["kontinuum:defaults"]["timeouts"].update(flux=240)
+        cfg["kontinuum:defaults"]["timeouts"].update(flux=flux_timeout)
         zone = {"zone": "a", "talosAddresses": [NODE]}
         if flux.get("source") is not False:
             zone["flux"] = {
                 "source": {"url": self.git["primary"], "credential": "primary"},
                 "fallbackSource": {"url": self.git["backup"]},
-                "operatorChart": {"path": str(self.chart)},
+                "operatorChart": {"path": str(chart or self.chart)},
                 "credentials": dict(self.credentials),
                 **flux,
             }
@@ -313,6 +314,34 @@ def test_retiring_credentials_deletes_only_theirs(zone):
     left = secrets(zone)
     assert "gitea" not in left and "flux-system-gitea" not in left and "primary" in left
     synced(zone, zone.git["primary"], zone.git["shas"]["primary"])  # the sync still reads the primary
+    zone.no_op()
+
+
+def test_operator_off_kubeprism_fails_bounded_naming_its_address(zone, tmp_path):
+    # A chart that gives the operator another API address than the KubePrism override it is
+    # handed (localhost:7446: nothing listens there on the node). Its real process cannot connect
+    # and exits; the pod crash-loops as a kubelet reports it, and `pulumi up` stops within
+    # timeouts.flux naming the pod and the address. The right chart again recovers.
+    bad = tmp_path / "flux-operator-chart"
+    shutil.copytree(zone.chart, bad)
+    tpl = bad / "templates" / "deployment.yaml"
+    tpl.write_text(tpl.read_text().replace("{{- with .Values.extraEnvs }}", (
+        "- {name: KUBERNETES_SERVICE_HOST, value: localhost}\n"
+        "            - {name: KUBERNETES_SERVICE_PORT, value: \"7446\"}\n"
+        "            {{- with .Values.notTheOverride }}")))
+    zone.configure(chart=bad, suspendApps=True, flux_timeout=45)  # the FluxInstance changes: Pulumi waits for it
+    t0 = time.monotonic()
+    out = zone.stack.run("up", "--yes", "--skip-preview", timeout=600, check=False)
+    took = time.monotonic() - t0
+    text = out.stdout + out.stderr
+    assert out.returncode != 0 and not leaked(text, zone.git)
+    assert "FluxInstance flux-system/flux not Ready after 45 s" in text, text[-3000:]
+    assert "its API address is localhost:7446" in text and "Error (exit code 1)" in text, text[-3000:]
+    assert took < 400, f"the failing up took {took:.0f} s"
+
+    zone.configure(suspendApps=False)
+    zone.up()
+    assert next(c for c in instance(zone)["status"]["conditions"] if c["type"] == "Ready")["status"] == "True"
     zone.no_op()
 
 
