@@ -148,7 +148,10 @@ class PodProcess:
         self._write_kubeconfig(core, md["namespace"])
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         env.update(KUBECONFIG=str(self.dir / "kubeconfig"), RUNTIME_NAMESPACE=md["namespace"], **self.env(pod))
-        self.process = Managed(self.name, self.argv(pod), self.dir / f"{self.name}.log", env=env).start()
+        log_path = self.dir / f"{self.name}.log"
+        if log_path.exists():  # one log per container run; the last one kept (`kubectl logs --previous`)
+            log_path.replace(self.dir / f"{self.name}.previous.log")
+        self.process = Managed(self.name, self.argv(pod), log_path, env=env).start()
         log.info("cluster %s: %s running for pod %s/%s; its API address %s is %s (%s)", self.cluster, self.name,
                  md["namespace"], md["name"], self.route.asked, self.route.url, self.route.why)
 
