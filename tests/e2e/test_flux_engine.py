@@ -4,8 +4,11 @@ source- and kustomize-controller (lab/flux_controllers.py) fetching from real Gi
 loopback and applying real objects: the primary over SSH with a deploy key (the seed's case),
 the read-only backup over HTTP. Switching to the fallback source and back, suspending the apps
 (a Kustomization declared one level below the sync path) while the infrastructure reconciles a
-new commit and resuming them, retiring a credential and removing `flux` each change exactly
-that, and a second run after each step plans nothing.
+new commit and resuming them, a FluxInstance changed by hand (drift, repaired), retiring a
+credential (after the sync proved the current source), an operator off KubePrism (bounded,
+named), removing `flux` (uninstalled) and, bootstrapped again with `handOver`, dropping it (Flux
+keeps running and applying from Git) each change exactly that, and a second run after each step
+plans nothing.
 
 One lab for the module: node 127.0.43.21 (its KubePrism on 127.0.43.21:7445), hub 127.0.0.43,
 Git servers 127.0.43.204 (SSH, the primary) and 127.0.43.203 (HTTP, the read-only backup); the
@@ -300,6 +303,22 @@ def test_suspended_apps_wait_while_infrastructure_reconciles_then_resume(zone, g
     zone.no_op()
 
 
+def test_a_flux_instance_changed_by_hand_is_drift_the_next_up_repairs(zone):
+    api = zone.api()
+    try:
+        client.CustomObjectsApi(api).patch_namespaced_custom_object(
+            "fluxcd.controlplane.io", "v1", NS, "fluxinstances", "flux", {"spec": {"sync": {"interval": "7m"}}},
+            _request_timeout=T)
+    finally:
+        api.close()
+    refreshed = zone.stack.run("refresh", "--yes", "--skip-preview", timeout=300)
+    assert "FluxInstance" in refreshed.stdout + refreshed.stderr and "drift" in refreshed.stdout + refreshed.stderr
+    assert zone.planned() == [("update", "lab-a-flux-instance")]
+    zone.up()
+    assert instance(zone)["spec"]["sync"]["interval"] == "1m"
+    zone.no_op()
+
+
 def test_retiring_credentials_deletes_only_theirs(zone):
     # The seed's Terraform-era key: a Secret this stack never managed.
     api = zone.api()
@@ -314,6 +333,9 @@ def test_retiring_credentials_deletes_only_theirs(zone):
     left = secrets(zone)
     assert "gitea" not in left and "flux-system-gitea" not in left and "primary" in left
     synced(zone, zone.git["primary"], zone.git["shas"]["primary"])  # the sync still reads the primary
+    # Seed 002's order: retired only once the sync had applied the current source's revision.
+    [retired] = [r for r in zone.stack.export()["deployment"]["resources"] if r["type"].endswith(":RetiredCredentials")]
+    assert retired["outputs"]["provenRevision"] == f"refs/heads/main@sha1:{zone.git['shas']['primary']}"
     zone.no_op()
 
 
@@ -358,5 +380,26 @@ def test_removing_flux_uninstalls_operator_and_namespace(zone, lab):
     finally:
         api.close()
     wait_until("the lab to stop the real operator and controllers with their pods", lambda: not flux_pids(lab), 60)
+    zone.no_op()
+
+
+def test_a_handed_over_flux_keeps_running_when_the_zone_drops_it(zone, lab):
+    """Seed 002's run-once mode: bootstrapped by the stack, then Git's: the real controllers go on
+    applying from Git after the stack let go."""
+    zone.configure(handOver=True)
+    out = zone.up()
+    assert "flux.handOver: Git owns Flux" in out.stdout + out.stderr and f"namespace {NS}" in out.stdout + out.stderr
+    zone.configure(source=False)
+    zone.up()
+    kept = [r["urn"] for r in zone.stack.export()["deployment"]["resources"] if "FluxHandOff" in r["urn"]]
+    assert kept == [], kept  # forgotten by the stack ...
+    ready = next(c for c in instance(zone)["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True" and {"flux-operator", "source-controller", "kustomize-controller"} <= set(
+        flux_pids(lab))  # ... and still running
+    assert "primary" in secrets(zone)
+    sha = init_repo(zone.git["primary_root"], "fleet", fleet_files("after-hand-over"))
+    fetch_now(zone)
+    applied(zone, "apps", sha)  # Git, not the stack, now drives the zone
+    assert config_map(zone, "app") == {"tag": "after-hand-over"}
     zone.no_op()
     zone.stack.destroy(timeout=600)
