@@ -30,7 +30,7 @@ tools-product:
 tools-lab:
 	tools/install.sh lab
 
-# Debian packages the tests run (a real DNS server); apt-get installs them when root.
+# Debian packages the tests run (a real DNS server, an SSH server); apt-get installs them when root.
 debs:
 	tools/debian-packages.sh
 

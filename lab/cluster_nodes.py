@@ -10,7 +10,7 @@ Each pass reads the apiserver first and writes only what differs, so the Cluster
 - each machine's view of its Node's readiness (EmulatedNode.node_ready, for its MachineStatus);
 - the control planes' static-pod mirror Pods (lab/static_pods.py);
 - the CNI-ready mark kwok turns into Node readiness, set while the Cilium agent pod on it is Ready;
-- the pod-network verdicts (lab/pod_network.py) and the real Flux Operator's process;
+- the pod-network verdicts (lab/pod_network.py) and the real processes of Flux's pods;
 - the Talos bootstrap manifests' missing objects (lab/bootstrap_manifests.py: created once).
 """
 
@@ -24,7 +24,7 @@ from kubernetes import client
 from lab import bootstrap_manifests, kubelets, kwok, pod_network, static_pods
 from lab.cluster_config import ClusterConfig, MemberInfo, v1alpha1
 from lab.cluster_health import CNI_NAMESPACE, CNI_SELECTOR, cni_ready_nodes
-from lab.flux_operator import OperatorRunner
+from lab.pod_processes import PodProcess
 from lab.standins.loop import REQUEST_TIMEOUT
 from lab.talos_node import manifests as talos_manifests
 from lab.talos_node.cluster import ClusterRegistry
@@ -56,7 +56,7 @@ class NodeSync:
             if node.kubelet.player is self.wake:
                 node.kubelet.player = None
 
-    def reconcile(self, api: client.ApiClient, config: ClusterConfig, flux: OperatorRunner | None,
+    def reconcile(self, api: client.ApiClient, config: ClusterConfig, processes: list[PodProcess],
                   objects_moved: bool = True) -> None:
         """One pass; those that follow the cluster's objects only when `objects_moved`."""
         core = client.CoreV1Api(api)
@@ -91,8 +91,8 @@ class NodeSync:
         if objects_moved:
             self._reconcile_cni(core, nodes)
             pod_network.reconcile(core, nodes, kube_proxy=config.kube_proxy)  # seed 002: host-network clients of the Service ClusterIP
-            if flux is not None:
-                flux.reconcile(core)
+            for process in processes:
+                process.reconcile(core)
         # Talos's ManifestApplyController on a control plane: the bootstrap manifests' missing objects.
         cps = sorted((n for n, m in current.values() if m.control_plane), key=lambda n: n.address)
         if cps:

@@ -18,9 +18,10 @@ for that cluster:
 - real cert-manager (lab/certmanager.py: its controller and webhook as processes) when the lab
   runs an ACME server (lab/acme.py), with the zone host records published in the lab's DNS
   (lab/zone_dns.py); without one, the certificate issuer stand-in instead;
-- the lab stand-ins (Gateway/LB-IPAM/Envoy, kontinuum-server, Flux's source/kustomize controllers;
-  cert issuer without ACME) against it, the pod-network verdicts (lab/pod_network.py) and, while its
-  pod runs, the real Flux Operator;
+- KubePrism on every machine (lab/pod_api.py), the lab stand-ins (Gateway/LB-IPAM/Envoy,
+  kontinuum-server; cert issuer without ACME) against it, the pod-network verdicts
+  (lab/pod_network.py) and, while their pods run, the real Flux Operator and Flux's own source- and
+  kustomize-controller (lab/pod_processes.py);
 - a health probe for the emulator's HealthCheck, read from the real apiserver.
 
 A ClusterRunner owns one cluster. All of its child processes are started from the runner's own
@@ -57,7 +58,9 @@ from lab.cluster_health import (
     nodes_report_problem,
 )
 from lab.cluster_nodes import NodeSync
-from lab.flux_operator import OperatorRunner
+from lab import flux_controllers, flux_operator
+from lab.pod_api import KubePrisms
+from lab.pod_processes import PodNetwork, PodProcess
 from lab.controlplane import ControlPlane
 from lab.process import Managed
 from lab.standins.loop import RevisionGate, api_client, describe
@@ -110,7 +113,9 @@ class ClusterRunner:
         self.control_plane: ControlPlane | None = None
         self.apiservers: ClusterApiservers | None = None
         self.kwok: Managed | None = None
-        self.flux: OperatorRunner | None = None  # the real Flux Operator, while its pod runs
+        self.pod_processes: list[PodProcess] = []  # the real Flux Operator and Flux controllers, while their pods run
+        self.pod_network: PodNetwork | None = None
+        self.kubeprisms: KubePrisms | None = None
         self.standins: list = []
         self.kubeconfig_path = self.workdir / "admin.kubeconfig"
         self._api: client.ApiClient | None = None
@@ -151,8 +156,7 @@ class ClusterRunner:
             procs.append((self.kwok.name, self.kwok))
         if self.cert_manager is not None:
             procs += [(p.name, p) for p in self.cert_manager.processes()]
-        if self.flux is not None and self.flux.process is not None:
-            procs.append((self.flux.process.name, self.flux.process))
+        procs += [(p.name, p.process) for p in self.pod_processes if p.process is not None]
         return {f"{self.name}/{name}": p.pid for name, p in procs if p.running() and p.pid}
 
     def _run(self) -> None:
@@ -212,7 +216,13 @@ class ClusterRunner:
         with os.fdopen(fd, "w") as f:
             f.write(cp.lab_kubeconfig())  # kwok and stand-ins: survives a cluster CA rotation
         self._api = api_client(self.kubeconfig_path)
-        self.flux = OperatorRunner(self.workdir, self.kubeconfig_path, address=self.address, cluster=self.name)
+        self.kubeprisms = KubePrisms(self.name, cp.serving)
+        self.kubeprisms.reconcile(self.registry.nodes_of(self.key))
+        self.pod_network = PodNetwork(self.address, self.config.kube_proxy)
+        self.pod_processes = [
+            flux_operator.runner(self.workdir, self.pod_network, address=self.address, cluster=self.name),
+            *flux_controllers.runners(self.workdir, self.pod_network, address=self.address, cluster=self.name),
+        ]
         self.kwok = kwok.start(self.workdir, self.kubeconfig_path, cluster=self.name,
                                node_ip=self.host.address, pod_cidr=self.config.pod_subnet)
         self.service_proxy = service_proxy.ServiceProxy(service_proxy.socket_path(self.workdir), self.kubeconfig_path,
@@ -229,13 +239,11 @@ class ClusterRunner:
     def _start_standins(self) -> None:
         from lab.standins.cert_issuer import CertIssuer
         from lab.standins.gateway import GatewayStandin
-        from lab.standins.git_source import GitSource
         from lab.standins.kontinuum_server import KontinuumServer
 
         if self.cert_manager is None:  # no ACME server in this lab: nothing real could issue
             self.standins.append(CertIssuer(self.kubeconfig_path, cluster=self.name).start())
         self.standins.append(GatewayStandin(self.kubeconfig_path, cluster=self.name).start())
-        self.standins.append(GitSource(self.kubeconfig_path, cluster=self.name).start())
         if self.hub_kubeconfig is not None:
             # Region and zone come from the zone's kontinuum-env ConfigMap; these are fallbacks only.
             self.standins.append(
@@ -254,8 +262,13 @@ class ClusterRunner:
             self.service_proxy = None
         if self.zone_dns is not None:
             self.zone_dns.clear()
-        if self.flux is not None:
-            self.flux.stop()
+        for p in self.pod_processes:
+            p.stop()
+        if self.pod_network is not None:
+            self.pod_network.close()
+            self.pod_network = None
+        if self.kubeprisms is not None:
+            self.kubeprisms.stop()
         if self.kwok is not None:
             self.kwok.stop()
             self.kwok = None
@@ -327,12 +340,14 @@ class ClusterRunner:
                 self.kwok = kwok.start(self.workdir, self.kubeconfig_path, cluster=self.name,
                                        node_ip=self.host.address, pod_cidr=self.config.pod_subnet)
             assert self._api is not None
-            self.node_sync.reconcile(self._api, self.config, self.flux, objects_moved=moved)
+            self.node_sync.reconcile(self._api, self.config, self.pod_processes, objects_moved=moved)
         except Exception as e:  # noqa: BLE001 - retried on the next tick
             log.warning("cluster %s: reconcile failed, retrying: %s", self.name, describe(e))
         try:  # after the kubelets: a rebooting machine's kubelet shuts down before its containers stop
             if self.apiservers is not None:
                 self.apiservers.reconcile()
+            if self.kubeprisms is not None:
+                self.kubeprisms.reconcile(self.registry.nodes_of(self.key))
         except Exception as e:  # noqa: BLE001 - retried on the next tick
             log.warning("cluster %s: following the control planes' apiservers failed, retrying: %s", self.name,
                         describe(e))

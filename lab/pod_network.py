@@ -4,8 +4,10 @@ kwok-played pods run nothing, so the lab decides what a real node's network woul
 one case the seeds document (seed 002): a host-network pod whose in-cluster client uses the
 kubernetes Service ClusterIP (Kubernetes injects KUBERNETES_SERVICE_HOST=<ClusterIP>) reaches
 it only through the Service dataplane, which Cilium provides (kube-proxy is disabled). Until
-the node's Cilium agent is Ready the dial times out and the pod fails with the seed's
-signature; a pod that overrides the env (Talos KubePrism, localhost:7445) runs at once.
+the node's Cilium agent is Ready the dial times out and the container exits with an error (the
+kubelet reports the exit, not the client's words); a pod that overrides the env (Talos
+KubePrism, localhost:7445) runs at once. A process the lab runs for such a pod
+(lab/pod_processes.py) dials what the pod's env names, for real.
 
 With kube-proxy enabled in the machine config its host rules serve the ClusterIP without a CNI,
 so every such pod is reachable. kwok's stages (lab/kwok/stages.yaml) hold such pods in Pending until this module annotates a
@@ -20,7 +22,6 @@ from lab.kwok import CNI_READY_ANNOTATION
 from lab.standins.loop import REQUEST_TIMEOUT, list_json
 
 VERDICT = "lab.kontinuum.sh/service-network"
-ERROR = "lab.kontinuum.sh/service-network-error"
 
 
 def uses_service_ip(pod: dict) -> bool:
@@ -31,12 +32,6 @@ def uses_service_ip(pod: dict) -> bool:
         return False
     return any(not any(e.get("name") == "KUBERNETES_SERVICE_HOST" for e in (c.get("env") or []))
                for c in spec.get("containers") or [])
-
-
-def failure(host: str, port: int) -> str:
-    """The seed's failure signature for a client dialling the ClusterIP."""
-    return (f'Get "https://{host}:{port}/api?timeout=32s": dial tcp {host}:{port}: i/o timeout '
-            "(lab: the kubernetes Service ClusterIP is unreachable from the host network until Cilium is Ready)")
 
 
 def verdict(pod: dict, cni_ready: bool) -> str | None:
@@ -58,16 +53,15 @@ def reconcile(core: client.CoreV1Api, nodes: dict, *, kube_proxy: bool = False) 
     Runs every second on every lab cluster: pods are read as plain JSON, since building the
     client's model objects for every pod cost more CPU than the rest of the lab together."""
     try:
-        svc = core.read_namespaced_service("kubernetes", "default", _request_timeout=REQUEST_TIMEOUT)
+        core.read_namespaced_service("kubernetes", "default", _request_timeout=REQUEST_TIMEOUT)
     except client.ApiException as e:
         if e.status == 404:
             return  # the apiserver has not created it yet: no client can have been given its address
         raise
-    message = failure(svc.spec.cluster_ip, svc.spec.ports[0].port)
     ready = {name for name, n in nodes.items() if (n.metadata.annotations or {}).get(CNI_READY_ANNOTATION) == "true"}
     for pod in list_json(core.list_pod_for_all_namespaces):
         want = verdict(pod, kube_proxy or pod["spec"].get("nodeName") in ready)
         if want is not None:
             core.patch_namespaced_pod(pod["metadata"]["name"], pod["metadata"]["namespace"],
-                                      {"metadata": {"annotations": {VERDICT: want, ERROR: message}}},
+                                      {"metadata": {"annotations": {VERDICT: want}}},
                                       _request_timeout=REQUEST_TIMEOUT)

@@ -2,11 +2,13 @@
 # Debian packages the tests need besides the pinned Go tools: each `package:command` below is
 # installed with apt-get when its command is missing (root only; otherwise it says what to run).
 #   knot:knotd  Knot DNS, the real server the RFC 2136 (dns.mode: rfc2136) tests update.
+#   openssh-server:sshd  OpenSSH, the lab's Git-over-SSH server (lab/git_ssh_server.py) that Flux's
+#                        source-controller reads with a deploy key.
 # Test hooks (tests/unit/test_debian_packages.py): KONTINUUM_APT_GET (the apt-get to run),
 # KONTINUUM_SBIN_DIRS (where system commands live besides PATH), KONTINUUM_UID (the user id).
 set -euo pipefail
 
-PACKAGES=(knot:knotd)
+PACKAGES=(knot:knotd openssh-server:sshd)
 APT_GET=${KONTINUUM_APT_GET:-apt-get}
 SBIN_DIRS=${KONTINUUM_SBIN_DIRS:-/usr/sbin /sbin}
 USER_ID=${KONTINUUM_UID:-$(id -u)}
@@ -25,7 +27,7 @@ done
 [[ ${#missing[@]} -eq 0 ]] && exit 0
 
 if [[ "$USER_ID" != 0 ]]; then
-  echo "tools/debian-packages.sh: missing Debian package(s) ${missing[*]} (the tests run a real DNS server);" \
+  echo "tools/debian-packages.sh: missing Debian package(s) ${missing[*]} (the tests run a real DNS server and a real SSH server);" \
        "install them: sudo apt-get install -y ${missing[*]}" >&2
   exit 1
 fi

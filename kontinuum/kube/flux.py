@@ -79,25 +79,63 @@ def read_instance(kubeconfig: str, namespace: str) -> dict | None:
         api.close()
 
 
+def api_address_problem(pod: client.V1Pod, service: tuple[str, int] | None) -> str | None:
+    """Why a host-network operator pod cannot reach the API before the CNI serves Services: its
+    client dials the kubernetes Service ClusterIP (the kubelet's KUBERNETES_SERVICE_HOST/PORT,
+    not overridden to Talos KubePrism, localhost:7445). A real kubelet reports only the container's
+    exit, so the cause is read from the pod spec."""
+    if not pod.spec.host_network or not pod.spec.containers:
+        return None
+    env = {e.name: e.value for e in pod.spec.containers[0].env or []}
+    host = env.get("KUBERNETES_SERVICE_HOST") or (service[0] if service else None)
+    port = env.get("KUBERNETES_SERVICE_PORT") or (str(service[1]) if service else None)
+    override = "KUBERNETES_SERVICE_HOST" in env
+    if host in ("localhost", "127.0.0.1") or (override and service and host != service[0]):
+        return None
+    return (f"it runs on the host network and its API client dials the kubernetes Service {host}:{port} "
+            f"({'set to it' if override else 'injected by the kubelet, not overridden'}), which no node serves "
+            "before the CNI (Cilium) is up: a connection that never completes. Its env must name KubePrism: "
+            "KUBERNETES_SERVICE_HOST=localhost, KUBERNETES_SERVICE_PORT=7445")
+
+
+def _service(core: client.CoreV1Api) -> tuple[str, int] | None:
+    try:
+        svc = core.read_namespaced_service("kubernetes", "default", _request_timeout=REQUEST_TIMEOUT)
+        return svc.spec.cluster_ip, svc.spec.ports[0].port
+    except Exception:  # noqa: BLE001 - only a detail of the message
+        return None
+
+
 def operator_problem(core: client.CoreV1Api, namespace: str) -> str | None:
-    """Why the operator itself is not running, from its pods (e.g. the seed's ClusterIP timeout)."""
+    """Why the operator itself is not running (or cannot reach the API), from its pods."""
     pods = core.list_namespaced_pod(namespace, label_selector=OPERATOR_SELECTOR,
                                     _request_timeout=REQUEST_TIMEOUT).items
     if not pods:
         return f"no Flux Operator pod in {namespace}"
     out = []
+    service = _service(core) if any(p.spec.host_network for p in pods) else None
     for p in pods:
         ready = any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
-        if ready:
+        restarted = any(cs.restart_count for cs in p.status.container_statuses or [])
+        cause = api_address_problem(p, service)
+        if ready and not restarted and cause is None:
             return None
-        detail = p.status.phase or "Pending"
+        detail = "Ready" if ready else (p.status.phase or "Pending")
         for cs in p.status.container_statuses or []:
             term = (cs.state and cs.state.terminated) or (cs.last_state and cs.last_state.terminated)
             if term is not None:
-                detail += f", {cs.name} {term.reason or 'terminated'}: {(term.message or '').strip()}"
+                detail += f", {cs.name} {term.reason or 'terminated'} (exit code {term.exit_code})"
+                detail += f": {term.message.strip()}" if (term.message or "").strip() else ""
             elif cs.state and cs.state.waiting:
                 detail += f", {cs.name} {cs.state.waiting.reason}"
-        out.append(f"pod {p.metadata.name}: {detail}")
+            detail += f", restarted {cs.restart_count} times" if cs.restart_count else ""
+        if cause is None and (restarted or not ready) and p.spec.host_network:
+            env = {e.name: e.value for e in (p.spec.containers[0].env if p.spec.containers else None) or []}
+            asked = (env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT"))
+            if asked[0] and asked not in (("localhost", "7445"), ("127.0.0.1", "7445")):
+                cause = (f"its API address is {env['KUBERNETES_SERVICE_HOST']}:{env.get('KUBERNETES_SERVICE_PORT')} "
+                         "(KUBERNETES_SERVICE_HOST/PORT in its env): on Talos it must be KubePrism, localhost:7445")
+        out.append(f"pod {p.metadata.name}: {detail}" + (f"; {cause}" if cause else ""))
     return "; ".join(out)
 
 
@@ -137,7 +175,7 @@ def apply_instance(kubeconfig: str, manifest: dict, *, timeout: float) -> str:
                     return (obj.get("status") or {}).get("lastAppliedRevision") or ""
                 why = operator_problem(client.CoreV1Api(api), namespace)
                 if why:
-                    last += f"; Flux Operator not running: {why}"
+                    last += f"; Flux Operator: {why}"
             except FluxNotReady as e:
                 last = str(e)
             except Exception as e:  # noqa: BLE001 - an unreachable apiserver is an observation too

@@ -1,7 +1,8 @@
 """Seed 002 on a lab cluster: the pod-network stand-in fails a host-network client of the
-Service ClusterIP before Cilium is Ready with the seed's signature and runs it with the
-KubePrism override, and the REAL Flux Operator (tools/install.sh flux-operator) reconciles a
-FluxInstance against the zone's real apiserver once its (kwok-played) pod runs.
+Service ClusterIP before Cilium is Ready (the wait names the cause from the pod spec) and runs
+it with the KubePrism override, and the REAL Flux Operator (tools/install.sh flux-operator)
+reconciles a FluxInstance against the zone's real apiserver once its (kwok-played) pod runs,
+with Flux's own source-controller fetching the sync source.
 Addresses 127.0.43.8-15 are this module's own (127.0.43.0/24 belongs to the Flux tests)."""
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from lab.talos_node import Lab
 from tests.integration.test_lab_clusters import configure, core_api, is_ready, talos
 
 T = 10
-SIGNATURE = "dial tcp 10.96.0.1:443: i/o timeout"
+SIGNATURE = "dials the kubernetes Service 10.96.0.1:443 (injected by the kubelet, not overridden)"
 PRISM = [{"name": "KUBERNETES_SERVICE_HOST", "value": "localhost"}, {"name": "KUBERNETES_SERVICE_PORT", "value": "7445"}]
 
 
@@ -88,7 +89,7 @@ def test_host_network_pod_needs_kubeprism_before_cilium(zone):
     failed, status = wait_until("the ClusterIP client to fail", lambda: (c := container(
         core, "flux-operator-bootstrap", "service-ip"))[0].status.phase == "Failed" and c, 60)
     assert status.state.terminated.reason == "Error" and status.state.terminated.exit_code == 1
-    assert SIGNATURE in status.state.terminated.message, status.state.terminated.message
+    assert not status.state.terminated.message, "a kubelet reports the client's words only from a termination log"
     ok = wait_until("the KubePrism client to run", lambda: is_ready(p := core.read_namespaced_pod(
         "kubeprism", "flux-operator-bootstrap", _request_timeout=T)) and p, 60)
     assert ok.status.phase == "Running"
@@ -111,6 +112,7 @@ def operator_deployment(namespace: str, env) -> dict:
             "spec": {"replicas": 1, "strategy": {"type": "Recreate"}, "selector": {"matchLabels": labels},
                      "template": {"metadata": {"labels": labels}, "spec": {
                          "hostNetwork": True, "tolerations": flux_manifests.PRE_CNI_TOLERATIONS,
+                         "serviceAccountName": "flux-operator",
                          "containers": [{"name": "manager", "image": "ghcr.io/controlplaneio-fluxcd/flux-operator:v0.58.1",
                                          "env": env}]}}}}
 
@@ -136,12 +138,19 @@ def _reconciles(kubeconfig, api, mgr, url, sha):
         "kustomize-controller"], kind="GitRepository", url=url, ref="refs/heads/main",
         path="clusters/lab/a", interval="1m", pull_secret=None, suspend_apps=True, apps=["apps"])
 
+    # The operator runs as its own service account (the lab's process too), cluster-admin as the chart makes it.
+    core.create_namespaced_service_account("flux-system", {"metadata": {"name": "flux-operator"}}, _request_timeout=T)
+    client.RbacAuthorizationV1Api(api).create_cluster_role_binding({
+        "metadata": {"name": "flux-operator"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                                          "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": "flux-operator", "namespace": "flux-system"}]}, _request_timeout=T)
     # Without the override the operator's pod crash-loops on the ClusterIP: the wait says so.
     apps.create_namespaced_deployment("flux-system", operator_deployment("flux-system", []), _request_timeout=T)
     with pytest.raises(flux.FluxNotReady) as stuck:
         flux.apply_instance(kubeconfig, manifest, timeout=20)
     assert "FluxInstance flux-system/flux not Ready after 20 s" in str(stuck.value)
-    assert "Flux Operator not running" in str(stuck.value) and SIGNATURE in str(stuck.value), stuck.value
+    assert "Flux Operator: pod flux-operator-" in str(stuck.value) and SIGNATURE in str(stuck.value), stuck.value
+    assert "Error (exit code 1)" in str(stuck.value), "the kubelet reports the exit, never the lab's words"
 
     # With the seed's KubePrism override it runs (the lab starts the real operator for it) ...
     apps.patch_namespaced_deployment("flux-operator", "flux-system",
@@ -159,7 +168,7 @@ def _reconciles(kubeconfig, api, mgr, url, sha):
     repo = custom.get_namespaced_custom_object("source.toolkit.fluxcd.io", "v1", "flux-system", "gitrepositories",
                                                "flux-system", _request_timeout=T)
     assert repo["spec"]["url"] == url and repo["spec"]["ref"] == {"name": "refs/heads/main"}
-    wait_until("the source stand-in to resolve the ref on the Git server", lambda: (custom.get_namespaced_custom_object(
+    wait_until("source-controller to fetch the ref from the Git server", lambda: (custom.get_namespaced_custom_object(
         "source.toolkit.fluxcd.io", "v1", "flux-system", "gitrepositories", "flux-system", _request_timeout=T,
     ).get("status") or {}).get("artifact", {}).get("revision") == f"refs/heads/main@sha1:{sha}", 60)
     ks = custom.get_namespaced_custom_object("kustomize.toolkit.fluxcd.io", "v1", "flux-system", "kustomizations",

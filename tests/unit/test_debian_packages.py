@@ -19,7 +19,10 @@ case "$1" in
   install)
     [[ -n "$APT_NO_LISTS" && ! -e "$APT_LISTS" ]] && { echo "E: Unable to locate package knot" >&2; exit 100; }
     [[ -n "$APT_BROKEN" ]] && exit 0
-    printf '#!/bin/sh\n' >"$SBIN/knotd"; chmod +x "$SBIN/knotd" ;;
+    for pkg in "${@:4}"; do
+      case $pkg in knot) cmd=knotd ;; openssh-server) cmd=sshd ;; *) continue ;; esac
+      printf '#!/bin/sh\n' >"$SBIN/$cmd"; chmod +x "$SBIN/$cmd"
+    done ;;
 esac
 """
 
@@ -46,16 +49,16 @@ def machine(tmp_path):
 def test_missing_package_is_installed_once_then_left_alone(machine):
     r, calls = machine()
     assert r.returncode == 0, r.stderr
-    assert calls == ["install -y --no-install-recommends knot"]
-    assert (machine.sbin / "knotd").exists()
+    assert calls == ["install -y --no-install-recommends knot openssh-server"]
+    assert (machine.sbin / "knotd").exists() and (machine.sbin / "sshd").exists()
     r, calls = machine()
-    assert r.returncode == 0 and calls == ["install -y --no-install-recommends knot"]  # nothing more
+    assert r.returncode == 0 and calls == ["install -y --no-install-recommends knot openssh-server"]  # nothing more
 
 
 def test_fresh_machine_without_package_lists_updates_first(machine):
     r, calls = machine(APT_NO_LISTS="1")
     assert r.returncode == 0, r.stderr
-    assert calls == ["install -y --no-install-recommends knot", "update", "install -y --no-install-recommends knot"]
+    assert calls == ["install -y --no-install-recommends knot openssh-server", "update", "install -y --no-install-recommends knot openssh-server"]
 
 
 def test_without_root_it_says_what_to_run(machine):

@@ -133,7 +133,24 @@ def test_pod_network_verdicts():
     assert pod_network.verdict(_pod(), cni_ready=True) == "reachable"
     assert pod_network.verdict(_pod(env=prism), cni_ready=False) is None
     assert pod_network.verdict(_pod(node=None), cni_ready=False) is None
-    assert "dial tcp 10.96.0.1:443: i/o timeout" in pod_network.failure("10.96.0.1", 443)
+
+
+def test_wait_names_a_host_network_operator_without_kubeprism():
+    from kubernetes import client as k
+
+    from kontinuum.kube.flux import api_address_problem
+
+    def pod(env, host_network=True):
+        return k.V1Pod(spec=k.V1PodSpec(host_network=host_network, containers=[
+            k.V1Container(name="manager", env=[k.V1EnvVar(name=n, value=v) for n, v in env])]))
+    svc = ("10.96.0.1", 443)
+    prism = [("KUBERNETES_SERVICE_HOST", "localhost"), ("KUBERNETES_SERVICE_PORT", "7445")]
+    assert api_address_problem(pod(prism), svc) is None
+    assert api_address_problem(pod([], host_network=False), svc) is None
+    missing = api_address_problem(pod([]), svc)
+    assert "10.96.0.1:443 (injected by the kubelet, not overridden)" in missing and "KUBERNETES_SERVICE_PORT=7445" in missing
+    explicit = api_address_problem(pod([("KUBERNETES_SERVICE_HOST", "10.96.0.1")]), svc)
+    assert "10.96.0.1:443 (set to it)" in explicit
 
 
 def test_lab_reads_whether_kube_proxy_serves_the_cluster_ip():

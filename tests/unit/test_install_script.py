@@ -37,6 +37,8 @@ TOOLS = {
     "cert-manager-webhook": PINS["CERT_MANAGER_VERSION"],
     "flux-operator": PINS["FLUX_OPERATOR_VERSION"],
     "talosctl": PINS["TALOSCTL_VERSION"],
+    "source-controller": PINS["FLUX_CONTROLLERS_VERSION"],
+    "kustomize-controller": PINS["FLUX_CONTROLLERS_VERSION"],
 }
 
 # A stand-in builder: leaves a binary that reports its version the way the real one does.
