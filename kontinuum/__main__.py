@@ -17,6 +17,8 @@ COMMANDS = {
                 "healthy; resumes where it stopped (exit 0 done / 3 invalid / 4 failed; --preview as preview)"),
     "recover": ("kontinuum.cli.recover", "settle what a killed up or destroy left (tools/pulumi runs it first)"),
     "backup": ("kontinuum.cli.backup", "take an encrypted etcd snapshot of a zone (Talos EtcdSnapshot)"),
+    "backup-kit": ("kontinuum.cli.backup_kit", "write what a backup job needs of a stack's zones (its os:etcd:backup "
+                   "credential and backup key, nothing else) to a 0600 file: `backup --kit` then needs no state"),
     "restore": ("kontinuum.cli.restore", "bring a zone's etcd back from a backup (Talos disaster recovery)"),
     "status": ("kontinuum.cli.status", "how every zone is doing (read-only, bounded): exit 0 fine / 1 warning / "
                "2 unhealthy / 3 unreachable"),

@@ -38,6 +38,7 @@ class ZoneAccess:
     talos_port: int = APID_PORT
     key: str | None = field(default=None, repr=False)  # the zone's backup key (base64)
     backup_talosconfig: str = field(default="", repr=False)  # os:etcd:backup only (credential.py)
+    known_identity: Identity | None = None  # a backup kit carries it instead of the secrets bundle (kit.py)
 
     def client(self, node: str) -> TalosClient:
         """An os:admin client for `node`. A held certificate about to expire (no `pulumi up` renewed
@@ -57,7 +58,7 @@ class ZoneAccess:
         return TalosClient.from_talosconfig(config, node=node, endpoint=node, port=self.talos_port)
 
     def identity(self) -> Identity:
-        return identity(self.secrets_yaml)
+        return self.known_identity or identity(self.secrets_yaml)
 
     def require_key(self) -> str:
         if not self.key:

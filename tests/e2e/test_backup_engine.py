@@ -24,6 +24,8 @@ import urllib.request
 
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.x509.oid import NameOID
 from kubernetes import client, config as kconfig
 
 from kontinuum.backup import files, store
@@ -120,7 +122,30 @@ def test_backup_restore_and_backup_on_up(lab, s3, tmp_path):
     kept = files.finished(bucket.names(), "e2e-dr")
     assert len(kept) == 2 and kept[0] == name, kept  # the CLI's and the up's
     assert ready(stack, "dr")
+    backup_from_a_kit_without_the_state(stack, tmp_path, bucket)
     rotate_both_cas(stack, lab, z, tmp_path)  # the same zone, to keep the suite short
+
+
+def backup_from_a_kit_without_the_state(stack, tmp_path, bucket) -> None:
+    """The nightly job's way: an operator writes the kit once; the job takes and verifies a backup
+    with it alone (no state, no passphrase, no admin credential)."""
+    kit = tmp_path / "backup.kit"
+    made = subprocess.run([sys.executable, "-m", "kontinuum", "backup-kit", "--stack", stack.name, "--out", str(kit)],
+                          cwd=ROOT, env=stack.env(), capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0 and "e2e-dr: os:etcd:backup credential (expires" in made.stderr, output(made)
+    assert kit.stat().st_mode & 0o777 == 0o600 and "BEGIN" not in output(made)
+    [entry] = yaml.safe_load(kit.read_text())["zones"].values()
+    held = x509.load_pem_x509_certificate(tc.parse(entry["talosconfig"]).crt)
+    assert [a.value for a in held.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)] == ["os:etcd:backup"]
+    assert set(entry) == {"cluster", "controlPlanes", "talosPort", "destination", "keep", "identity", "key", "talosconfig"}
+    env = {k: v for k, v in stack.env().items() if k not in ("PULUMI_CONFIG_PASSPHRASE", "KONTINUUM_STATE")}
+    env["PULUMI_BACKEND_URL"] = f"file://{tmp_path / 'no-state-here'}"
+    before = len(files.finished(bucket.names(), "e2e-dr"))
+    done = subprocess.run([sys.executable, "-m", "kontinuum", "backup", "--kit", str(kit), "--verify"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, output(done)
+    assert "backup: verified s3://" in done.stderr and done.stdout.strip().startswith("s3://"), output(done)
+    assert len(files.finished(bucket.names(), "e2e-dr")) == min(before + 1, 2)  # keep: 2
 
 
 def status_of(stack, tmp_path) -> dict:
