@@ -41,6 +41,19 @@ class S3Server:
                 "AWS_EC2_METADATA_DISABLED": "true"}
 
 
+def _private_ports(address: str) -> list[str]:
+    """`weed mini` names its unix sockets after its gRPC ports, all in /tmp
+    (`/tmp/seaweedfs-master-grpc-19333.sock`), and binds its admin server on 127.0.0.1: two servers
+    with default ports share those sockets, and the first to stop removes the other's, which then
+    answers every write with 500 InternalError. Ports derived from the address keep each server's
+    own (below the ephemeral range)."""
+    third, fourth = (int(part) for part in address.split(".")[2:])
+    base = 10000 + ((third * 256 + fourth) % 3500) * 6
+    names = ("master.port.grpc", "volume.port.grpc", "filer.port.grpc", "s3.port.grpc", "admin.port",
+             "admin.port.grpc")
+    return [f"-{name}={base + i}" for i, name in enumerate(names)] + ["-admin.port.legacy=0"]
+
+
 def _answers(address: str, port: int) -> bool:
     try:
         with socket.create_connection((address, port), timeout=1):
@@ -83,10 +96,16 @@ def running_s3(state: Path, *, address: str, bucket: str = "kontinuum-state", tt
     config.chmod(0o600)
     argv = ["timeout", "-s", "KILL", str(int(ttl)), weed, "mini", f"-dir={state / 'data'}", f"-ip={address}",
             f"-ip.bind={address}", f"-bucket={bucket}", f"-s3.config={config}", "-webdav=false", "-admin.ui=false",
-            "-master.telemetry=false"]
+            "-master.telemetry=false",
+            f"-filer.localSocket={state / 'filer.sock'}", f"-s3.localFilerSocket={state / 'filer.sock'}",
+            f"-s3.localSocket={state / 's3.sock'}",
+            *_private_ports(address)]
     (state / "data").mkdir(exist_ok=True)
     log = (state / "weed.log").open("w")
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    # weed adds an admin identity from AWS_* variables: the caller's (another server's key) would
+    # shadow this server's own identity of the same name.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     try:
         deadline = time.monotonic() + START_TIMEOUT
         while not _answers(address, S3_PORT):

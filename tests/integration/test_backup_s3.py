@@ -20,7 +20,7 @@ from kontinuum.talos import secrets
 from lab.controlplane import ClusterPKI, ControlPlane, free_port
 from lab.s3 import running_s3
 
-S3_ADDRESS, APISERVER, SCRATCH = "127.0.66.2", "127.0.66.3", "127.0.66.4"
+S3_ADDRESS, APISERVER, SCRATCH, OTHER_S3 = "127.0.66.2", "127.0.66.3", "127.0.66.4", "127.0.66.5"
 CLUSTER = "eu-a"
 NOW = dt.datetime(2026, 12, 2, 6, tzinfo=dt.timezone.utc)
 
@@ -91,6 +91,23 @@ def test_the_bucket_store_uploads_lists_downloads_and_prunes(s3, tmp_path):
     assert store.get_json("absent.json") is None
     assert files.prune_store(store, CLUSTER, 2) == [store.describe(names[0])]
     assert store.names() == names[1:]  # the pruned file's record went with it
+
+
+def test_another_s3_server_beside_it_shares_no_socket_and_leaves_the_store_writable(s3, tmp_path):
+    """The lab's SeaweedFS servers run side by side in the suite. With default ports they bound the
+    same unix sockets in /tmp, and the first to stop removed the other's: minutes later every write
+    that needed a new connection was a 500 InternalError."""
+    with running_s3(tmp_path / "other", address=OTHER_S3, bucket="other", ttl=300):
+        sockets = [line.split() for line in Path("/proc/net/unix").read_text().splitlines()[1:]]
+        bound = [f[7] for f in sockets if len(f) == 8 and f[3] == "00010000"  # listening
+                 and ("seaweedfs" in f[7] or f[7].endswith(("/filer.sock", "/s3.sock")))]
+        assert bound and len(bound) == len(set(bound)), sorted(bound)
+    store = for_zone(url(s3, "neighbour"), "eu", CLUSTER)
+    name = files.file_name(CLUSTER, NOW)
+    part = store.stage(name)
+    part.write_bytes(b"written after the neighbour stopped")
+    store.commit(part, name)
+    assert store.names() == [name]
 
 
 def test_wrong_credentials_and_a_dead_store_are_refused_by_name_in_bounded_time(s3, monkeypatch):
