@@ -53,6 +53,18 @@ node_state = control.read_state
 set_faults = control.set_faults
 
 
+def lab_events(address: str, last: int = 20) -> str:
+    """The lab's account of one machine (mode, etcd standing, its last events), for a failure
+    message: a refused call then names the reboot or crash behind it."""
+    try:
+        s = node_state(address)
+    except Exception as e:  # noqa: BLE001 - a diagnostic must not hide the failure it explains
+        return f"(the lab's control port of {address} did not answer: {e!r})"
+    lines = [f"lab view of {address}: mode={s['mode']} etcd={s['etcd']} boot={s['boot_id']}"]
+    lines += [f"  {e}" for e in s["events"][-last:]]
+    return "\n".join(lines)
+
+
 def calls(addresses: list[str]) -> dict[str, dict[str, int]]:
     return {a: dict(node_state(a)["calls"]) for a in addresses}
 

@@ -21,8 +21,8 @@ from kubernetes import config as kconfig
 from kontinuum.hub.inventory import Inventory
 from lab.pulumi_cli import ROOT
 from lab.talos_node import control
-from tests.e2e.cluster_lab import (REGION, address, all_nodes, calls, delta, events, member, mutating, node_state, ready,
-                                   seq)
+from tests.e2e.cluster_lab import (REGION, address, all_nodes, calls, delta, events, lab_events, member, mutating,
+                                   node_state, ready, seq)
 from tests.e2e.ha_zone.test_zone_edits_engine import edit, machine, settings, web
 
 T = 15  # seconds per Kubernetes API call
@@ -167,7 +167,7 @@ def test_two_lost_control_planes_are_refused_then_restored_onto_a_survivor_and_t
         [sys.executable, "-m", "kontinuum", "restore", "--stack", stack.name, "--zone", "ha", "--snapshot", snapshot,
          "--config-file", str(stack.config_file)], cwd=ROOT, env=stack.env(), capture_output=True, text=True,
         timeout=600)
-    assert restored.returncode == 0, restored.stderr
+    assert restored.returncode == 0, restored.stderr + lab_events(address(0))
     assert "done; etcd is back" in restored.stderr and "Now run `pulumi up`" in restored.stderr, restored.stderr
     made, _ = up(stack, tmp_path)
     assert set(made) == {CP_LOST, address(3)} and all(c == {"ApplyConfiguration": 1} for c in made.values()), made
