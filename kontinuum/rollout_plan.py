@@ -3,8 +3,9 @@ files): the fleet file or `--waves a,b/c`, the progress file, and each region's 
 
 A region is done when its `pulumi up` succeeded; its wave is healthy once every zone of the
 wave was ready and stayed healthy for the soak. A re-run skips a done region only while its
-fingerprint (its stack file and the program `pulumi up` runs) is what it was when it was done:
-an edited stack file or another Kontinuum version rolls it out again. A wave whose regions are
+fingerprint (its stack file, the local files its config names, and the program `pulumi up` runs)
+is what it was when it was done: an edited stack file, chart or CA file, or another Kontinuum
+version rolls it out again. A wave whose regions are
 all skipped and were healthy is not probed again; any other wave is gated again.
 """
 
@@ -128,8 +129,57 @@ def program_digest(root: Path = ROOT) -> str:
     return h.hexdigest()
 
 
-def fingerprint(stack_file: Path, program: str) -> dict:
-    return {"stackFile": hashlib.sha256(stack_file.read_bytes()).hexdigest(), "program": program}
+# Config keys whose string value names a local file or folder `pulumi up` reads: (parent key, key).
+FILE_KEYS = {(None, "caBundleFile"), (None, "hubKubeconfigFile"), ("chart", "path"), ("gatewayApi", "source")}
+
+
+def referenced_files(stack_file: Path) -> list[str]:
+    """The local files and folders a stack's config points to (a local chart's `path`,
+    `hubKubeconfigFile`, `hub.acme.caBundleFile`, a Gateway API CRD `source` that is no URL):
+    editing one changes what `pulumi up` does as surely as editing the stack file."""
+    found: list[str] = []
+
+    def walk(node, parent: str | None) -> None:
+        if isinstance(node, list):
+            for item in node:
+                walk(item, parent)
+            return
+        if not isinstance(node, dict):
+            return
+        for key, value in node.items():
+            name = str(key).split(":", 1)[-1]  # top-level keys carry the `kontinuum:` namespace
+            if isinstance(value, str) and ((None, name) in FILE_KEYS or (parent, name) in FILE_KEYS):
+                if not value.startswith(("http://", "https://")):
+                    found.append(value)
+            else:
+                walk(value, name)
+
+    doc = yaml.safe_load(stack_file.read_text()) or {}
+    walk(doc.get("config") if isinstance(doc, dict) else None, None)
+    return sorted(set(found))
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file, or of a folder's files (sorted relative paths and contents); "absent"
+    when there is none (the up will say so, the fingerprint only has to differ)."""
+    if path.is_file():
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    if not path.is_dir():
+        return "absent"
+    h = hashlib.sha256()
+    for p in sorted(q for q in path.rglob("*") if q.is_file()):
+        h.update(p.relative_to(path).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def fingerprint(stack_file: Path, program: str, root: Path = ROOT) -> dict:
+    """What a done region's up depended on. Relative paths are read from the project folder,
+    where `pulumi up` runs the program."""
+    fp = {"stackFile": hashlib.sha256(stack_file.read_bytes()).hexdigest(), "program": program}
+    files = {name: file_digest(root / name) for name in referenced_files(stack_file)}
+    if files:  # absent for a stack that names none: progress recorded before stays valid
+        fp["files"] = files
+    return fp
 
 
 # --- progress ----------------------------------------------------------------------------------
@@ -202,7 +252,11 @@ def decide(stack: str, entry: dict | None, fp: dict) -> Step:
         return Step(stack, True, f"done at {at}, but its stack file changed since")
     if old.get("program") != fp["program"]:
         return Step(stack, True, f"done at {at}, but the program (another Kontinuum version) changed since")
-    return Step(stack, False, f"done at {at}; stack file and program unchanged")
+    old_files, files = old.get("files") or {}, fp.get("files") or {}
+    if old_files != files:
+        changed = sorted(n for n in set(old_files) | set(files) if old_files.get(n) != files.get(n))
+        return Step(stack, True, f"done at {at}, but a file its config names changed since: {', '.join(changed)}")
+    return Step(stack, False, f"done at {at}; stack file, the files it names and program unchanged")
 
 
 def plan(waves: list[Wave], state: dict, fingerprints: dict[str, dict]) -> list[WavePlan]:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kontinuum import rollout_plan as rp, rollout_runner
 from kontinuum.cli import rollout
@@ -73,7 +74,7 @@ def test_a_rerun_skips_done_unchanged_regions_and_probes_only_waves_not_yet_heal
     fps = {s: FP for s in "abcd"}
     plans = rp.plan(rp.parse_waves("a/b,c/d"), state_of(a="healthy", b="applied", c="failed"), fps)
     assert [(p.to_run, p.gate) for p in plans] == [([], False), (["c"], True), (["d"], True)]
-    assert plans[0].steps[0].why == "done at T; stack file and program unchanged"
+    assert plans[0].steps[0].why == "done at T; stack file, the files it names and program unchanged"
     assert plans[1].steps[1].why.startswith("failed at T")
     # Both done but the gate failed last time: no up, the gate again.
     plans = rp.plan(rp.parse_waves("a,b"), state_of(a="applied", b="healthy"), fps)
@@ -87,6 +88,36 @@ def test_a_changed_stack_file_or_program_rolls_a_done_region_out_again():
     assert p.to_run == ["a", "b"] and p.gate
     assert [s.why for s in p.steps] == ["done at T, but its stack file changed since",
                                         "done at T, but the program (another Kontinuum version) changed since"]
+
+
+def test_a_changed_chart_or_ca_file_the_config_names_rolls_a_done_region_out_again(tmp_path):
+    chart = tmp_path / "charts" / "cilium"
+    chart.mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("name: cilium\n")
+    (tmp_path / "ca.pem").write_text("PEM 1")
+    stack = tmp_path / "Pulumi.a.yaml"
+    stack.write_text(yaml.safe_dump({"config": {
+        "kontinuum:hubKubeconfigFile": "/abs/hub.yaml",
+        "kontinuum:hub": {"acme": {"caBundleFile": "ca.pem"},
+                          "addons": {"gatewayApi": {"source": "https://example.org/crds.yaml"}}},
+        "kontinuum:zones": [{"name": "z", "addons": {"cilium": {"chart": {"path": "charts/cilium"}},
+                                                     "certManager": {"chart": {"repo": "r", "chart": "c",
+                                                                               "version": "1"}}}}],
+        "kontinuum:password": {"secure": "v1:abc"}}}))
+    assert rp.referenced_files(stack) == ["/abs/hub.yaml", "ca.pem", "charts/cilium"]
+    done = rp.fingerprint(stack, "p1", root=tmp_path)
+    assert done["files"]["/abs/hub.yaml"] == "absent"
+    state = {"version": 1, "regions": {"a": {"status": "healthy", "at": "T", "fingerprint": done}}}
+    assert rp.plan(rp.parse_waves("a"), state, {"a": rp.fingerprint(stack, "p1", root=tmp_path)})[0].to_run == []
+    (chart / "values.yaml").write_text("x: 1\n")  # a file added to the local chart
+    (step,) = rp.plan(rp.parse_waves("a"), state, {"a": rp.fingerprint(stack, "p1", root=tmp_path)})[0].steps
+    assert step.run and step.why == "done at T, but a file its config names changed since: charts/cilium"
+
+
+def test_a_stack_naming_no_file_keeps_the_fingerprint_of_earlier_progress(tmp_path):
+    stack = tmp_path / "Pulumi.a.yaml"
+    stack.write_text(yaml.safe_dump({"config": {"kontinuum:region": "eu"}}))
+    assert set(rp.fingerprint(stack, "p1", root=tmp_path)) == {"stackFile", "program"}
 
 
 def test_the_program_digest_follows_the_program_not_the_operator_commands(tmp_path):
