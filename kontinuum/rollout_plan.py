@@ -25,7 +25,7 @@ PROGRAM = ("__main__.py", "Pulumi.yaml", "requirements.txt", "tools/versions.env
            "providers", "kontinuum")
 NOT_PROGRAM = ("kontinuum/cli",)  # operator commands (this one too): not part of what an up does
 DEFAULTS = {"parallel": 2, "soak": 300.0}
-FLEET_KEYS = {"waves", "parallel", "soak", "timeout", "readyTimeout", "stacksDir", "state"}
+FLEET_KEYS = {"waves", "parallel", "soak", "timeout", "readyTimeout", "stacksDir", "state", "logs"}
 WAVE_KEYS = {"name", "stacks", "soak"}
 APPLIED, HEALTHY, FAILED = "applied", "healthy", "failed"
 
@@ -44,7 +44,7 @@ class Wave:
 @dataclass
 class Fleet:
     waves: list[Wave]
-    settings: dict = field(default_factory=dict)  # parallel, soak, timeout, readyTimeout, stacksDir, state
+    settings: dict = field(default_factory=dict)  # parallel, soak, timeout, readyTimeout, stacksDir, state, logs
     path: Path | None = None
 
 
@@ -62,8 +62,8 @@ def parse_waves(text: str) -> list[Wave]:
 
 def load_fleet(path: Path) -> Fleet:
     """A fleet file: `waves:` in order (each `[stack, …]` or `{name, stacks, soak}`), and optional
-    `parallel`, `soak`, `timeout`, `readyTimeout` (seconds), `stacksDir`, `state` (paths relative
-    to the file)."""
+    `parallel`, `soak`, `timeout`, `readyTimeout` (seconds), `stacksDir`, `state`, `logs` (paths
+    relative to the file)."""
     try:
         doc = yaml.safe_load(path.read_text())
     except OSError as e:
@@ -81,7 +81,7 @@ def load_fleet(path: Path) -> Fleet:
         if key in settings and (isinstance(settings[key], bool) or not isinstance(settings[key], (int, float))
                                 or settings[key] < (1 if key == "parallel" else 0)):
             raise FleetError(f"{path}: {key}: {settings[key]!r} is not a number ≥ {1 if key == 'parallel' else 0}")
-    for key in ("stacksDir", "state"):
+    for key in ("stacksDir", "state", "logs"):
         if key in settings:
             settings[key] = (path.parent / str(settings[key])).resolve()
     return Fleet(check(waves, str(path)), settings, path)

@@ -106,8 +106,22 @@ def _run(argv: list[str], env: dict, timeout: float, cwd: Path, grace: float) ->
         return None, out, err
 
 
-def up(stack: str, config_file: Path, *, timeout: float, grace: float = GRACE, cwd: Path = ROOT) -> UpResult:
-    """One region's `pulumi up`, bounded by `timeout` seconds."""
+def keep_log(log_dir: Path, stack: str, out: str, err: str) -> Path:
+    """The region's whole up output, for the operator reading a failure beyond its first lines:
+    owner-only (the engine masks secrets, but the output names every resource of the region)."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    path = log_dir / f"{stack}.log"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"# pulumi up --stack {stack}: standard output (JSON events)\n{out}")
+        f.write(f"\n# standard error\n{err}")
+    os.chmod(path, 0o600)  # a file kept from an earlier run may have had other modes
+    return path
+
+
+def up(stack: str, config_file: Path, *, timeout: float, grace: float = GRACE, cwd: Path = ROOT,
+       log_dir: Path | None = None) -> UpResult:
+    """One region's `pulumi up`, bounded by `timeout` seconds; its output kept in `log_dir`."""
     argv = [str(WRAPPER), "--non-interactive", "up", "--yes", "--stack", stack, f"--config-file={config_file}",
             "--json"]
     t0 = time.monotonic()
@@ -115,6 +129,10 @@ def up(stack: str, config_file: Path, *, timeout: float, grace: float = GRACE, c
     took = time.monotonic() - t0
     counts = changes(json_documents(out))
     errors = error_lines(out, err, code)
+    if log_dir is not None:
+        kept = keep_log(log_dir, stack, out, err)
+        if code != 0:
+            errors.append(f"the whole output: {kept}")
     if code is None:
         errors.insert(0, f"`pulumi up` did not finish within {timeout:g} s and was interrupted (raise --timeout, "
                          "or look at the zone); the next run settles what it left")

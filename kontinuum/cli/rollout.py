@@ -51,6 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="--preview: seconds the Kubernetes provider may wait per cluster request (default 5)")
     parser.add_argument("--backend-timeout", type=float, default=60.0,
                         help="seconds the state backend has to list the stacks (default 60)")
+    parser.add_argument("--logs", type=Path, help="keep each region's whole `pulumi up` output (its JSON events "
+                        "and stderr) in DIR/<stack>.log, 0600, replaced by the region's next up")
     parser.add_argument("--markdown", type=Path, help="write the Markdown report here (default: stdout)")
     parser.add_argument("--json", type=Path, help="write the JSON report here")
 
@@ -67,6 +69,7 @@ def settings(args: argparse.Namespace) -> tuple[list[rp.Wave], dict]:
     default_state = args.fleet.with_name(args.fleet.stem + ".state.json") if args.fleet else \
         ROOT / ".state" / "rollout.json"
     s["state"] = args.state or s.get("state") or default_state
+    s["logs"] = args.logs or s.get("logs")
     if s["parallel"] < 1:
         raise rp.FleetError(f"--parallel {s['parallel']}: at least 1")
     return fleet.waves, s
@@ -234,7 +237,8 @@ class _Run:
             region.why = "not started: another region of this wave failed"
             return
         _log(f"{stack}: pulumi up")
-        result = rollout_runner.up(stack, self.found[stack][0].resolve(), timeout=float(self.s["timeout"]))
+        result = rollout_runner.up(stack, self.found[stack][0].resolve(), timeout=float(self.s["timeout"]),
+                                   log_dir=self.s.get("logs"))
         region.seconds, region.counts, region.errors = result.seconds, result.counts, result.errors
         region.status, region.why = ("done" if result.ok else "failed"), ""
         _log(f"{stack}: up {'done' if result.ok else 'FAILED'} in {result.seconds:.0f} s")

@@ -76,8 +76,9 @@ def test_the_release_job_runs_the_staged_rollout_and_keeps_its_progress(path):
     fleet = rollout_plan.load_fleet(ROOT / args.fleet)
     assert [w.stacks for w in fleet.waves] == [["eu"], ["us"]]  # the regions the up jobs name
     assert fleet.settings["stacksDir"] == ROOT / "stacks"
-    assert args.markdown and args.json and str(args.state) == "rollout.state.json"
+    assert args.markdown and args.json and str(args.state) == "rollout.state.json" and args.logs
     # Restored before the run and kept after it, a failed run too (GitHub: cache/restore + cache/save
     # if: always(); GitLab: a cache saved `when: always`).
     assert "actions/cache/save@v4" in text and "if: always()" in text if "github" in path.name else \
         re.search(r"paths: \[rollout.state.json\]\n\s+when: always", text)
+    assert f"{args.logs}/" in text.split("venv/bin/python -m kontinuum rollout", 1)[1]  # kept as an artifact

@@ -160,7 +160,7 @@ class Fleet:
         monkeypatch.setattr(rollout_runner, "up", self.up)
         monkeypatch.setattr(rollout_runner, "gate", self.gate)
 
-    def up(self, stack, config_file, *, timeout):
+    def up(self, stack, config_file, *, timeout, log_dir=None):
         with self.count:
             self.ups.append(stack)
             self.running += 1
@@ -306,6 +306,23 @@ def test_an_up_over_its_bound_is_interrupted_then_killed(tmp_path, monkeypatch):
     result = rollout_runner.up("eu", tmp_path / "Pulumi.eu.yaml", timeout=1, grace=1, cwd=tmp_path)
     assert time.monotonic() - t0 < 10
     assert not result.ok and result.errors[0].startswith("`pulumi up` did not finish within 1 s and was interrupted")
+
+
+def test_logs_keep_each_regions_whole_up_output_owner_only_and_a_failure_points_there(tmp_path, monkeypatch):
+    engine = tmp_path / "pulumi"
+    engine.write_text('#!/bin/sh\necho \'{"diagnosticEvent":{"severity":"error","message":"boom\\n"}}\'\n'
+                      'echo "stderr line" >&2\nexit 1\n')
+    engine.chmod(0o755)
+    monkeypatch.setattr(rollout_runner, "WRAPPER", engine)
+    logs = tmp_path / "logs"
+    result = rollout_runner.up("eu", tmp_path / "Pulumi.eu.yaml", timeout=10, cwd=tmp_path, log_dir=logs)
+    kept = logs / "eu.log"
+    assert not result.ok and result.errors[-1] == f"the whole output: {kept}"
+    assert "boom" in kept.read_text() and "stderr line" in kept.read_text()
+    assert kept.stat().st_mode & 0o777 == 0o600
+    engine.write_text("#!/bin/sh\necho ok\n")
+    assert rollout_runner.up("eu", tmp_path / "Pulumi.eu.yaml", timeout=10, cwd=tmp_path, log_dir=logs).ok
+    assert "boom" not in kept.read_text() and "ok" in kept.read_text()  # replaced by the next up
 
 
 def test_the_gate_waits_for_ready_then_fails_on_a_zone_unhealthy_during_the_soak(monkeypatch):
