@@ -29,7 +29,7 @@ from kontinuum.backup import sealed
 from kontinuum.backup.snapshot import SnapshotCheck, SnapshotInvalid
 from kontinuum.backup.zone import BackupError, ZoneAccess
 from kontinuum.talos import etcd_stream
-from kontinuum.talos.errors import AlreadyBootstrappedError, TalosError, TlsTrustError
+from kontinuum.talos.errors import AlreadyBootstrappedError, NodeUnreachableError, TalosError, TlsTrustError
 from kontinuum.talos.waits import NotYet, WaitTimeout, wait_until
 
 PREPARING = "Preparing"
@@ -200,7 +200,7 @@ def restore(access: ZoneAccess, path: Path, *, force: bool = False, bounds: Boun
     key = access.require_key()
     log(f"restore {access.cluster}: uploading the snapshot to {first}")
     try:
-        etcd_stream.recover(access.client(first), _plaintext(path, key), timeout=bounds.upload)
+        _upload(access, first, lambda: _plaintext(path, key), bounds, log)
     except (sealed.SealedFileError, SnapshotInvalid) as exc:
         raise BackupError(f"snapshot {path} changed while it was uploaded ({exc}); the control planes are wiped "
                           "and wait for a recovery: run the restore again with an intact file") from None
@@ -221,6 +221,25 @@ def restore(access: ZoneAccess, path: Path, *, force: bool = False, bounds: Boun
     access.client(first).health_check(list(states), access.workers, wait_timeout=bounds.health)
     log(f"restore {access.cluster}: done; etcd is back at the snapshot of {v.header.created}")
     return v
+
+
+def _upload(access: ZoneAccess, node: str, chunks: Callable[[], Iterator[bytes]], bounds: Bounds,
+            log: Callable[[str], None]) -> None:
+    """EtcdRecover, each try with the file read afresh. A node that does not take the connection
+    (rebooting again, a network blip) gets the wipe's bound to come back: a refused upload sent
+    nothing, and a repeated one only replaces the uploaded file (Bootstrap has not run)."""
+    def attempt(left: float) -> None:
+        try:
+            etcd_stream.recover(access.client(node), chunks(), timeout=bounds.upload)
+        except NodeUnreachableError as exc:
+            log(f"restore {access.cluster}: {node} does not take the upload yet ({exc.problem}); trying again")
+            raise NotYet(f"{node}: {exc.problem}") from None
+
+    try:
+        wait_until(f"zone {access.cluster}: {node} taking the snapshot", attempt, timeout=bounds.wipe,
+                   remedy="check the node; run the restore again once it is back (wiped nodes are not wiped again)")
+    except WaitTimeout as exc:
+        raise BackupError(str(exc)) from None
 
 
 def _wait_etcd(access: ZoneAccess, control_planes: list[str], bound: float) -> None:

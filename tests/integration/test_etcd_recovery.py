@@ -9,6 +9,7 @@ are refused before anything is wiped. Addresses 127.0.42.8/29 are this module's 
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from pathlib import Path
 
 import pytest
@@ -131,7 +132,15 @@ def test_backup_wipe_restore_brings_back_the_snapshot(zone):
     wait_until("the lab's control plane to stop with etcd's quorum", lambda: not mgr.runners, 60)
 
     said: list[str] = []
-    restore(access, path, bounds=BOUNDS, log=said.append)
+
+    def log(message: str) -> None:  # the first control plane refuses connections as its upload starts
+        said.append(message)
+        if "uploading the snapshot" in message:
+            lab.node(CPS[0]).set_faults(refuse=True)
+            threading.Timer(1.5, lambda: lab.node(CPS[0]).set_faults(refuse=False)).start()
+
+    restore(access, path, bounds=BOUNDS, log=log)
+    assert any(f"{CPS[0]} does not take the upload yet" in m for m in said), said
     plan = said[0]
     assert "1. wipe etcd data" in plan and f"of: {CPS[2]} (already wiped: {CPS[0]}, {CPS[1]})" in plan, plan
     assert lab.node(CPS[2]).calls.get("Reset") == 1 and resets(lab) == 3  # the two of the disaster + one
