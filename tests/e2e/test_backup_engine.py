@@ -38,7 +38,7 @@ from lab.process import wait_until
 from lab.pulumi_cli import ROOT
 from lab.s3 import running_s3
 from tests.e2e import kills
-from tests.e2e.cluster_lab import events, new_stack, output, ready, write_config, zone
+from tests.e2e.cluster_lab import TIMEOUTS, events, new_stack, output, ready, write_config, zone
 from tests.e2e.labs import running_lab
 
 NODE = "127.0.42.11"
@@ -75,7 +75,9 @@ def configmaps(core: client.CoreV1Api) -> set[str]:
 
 def test_backup_restore_and_backup_on_up(lab, s3, tmp_path):
     destination = f"s3://{s3.bucket}/fleet?endpoint={s3.endpoint}&s3ForcePathStyle=true&region=us-east-1"
-    z = {**zone("dr", [NODE]), "backup": {"destination": destination, "keep": 2}}
+    # The CA rotation below restarts the real apiserver on each new chain; on a loaded machine (a cold
+    # `make test` builds beside it) that took over the lab's usual 45 s apply bound once.
+    z = {**zone("dr", [NODE], timeouts={**TIMEOUTS, "apply": 120}), "backup": {"destination": destination, "keep": 2}}
     stack = new_stack(tmp_path, lab, z)
     stack.extra_env.update(s3.env())  # the standard AWS variables, for the CLI and the on-up backup
     stack.up()
