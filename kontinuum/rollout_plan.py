@@ -115,17 +115,22 @@ def check(waves: list[Wave], where: str) -> list[Wave]:
 # --- fingerprints ------------------------------------------------------------------------------
 
 
+def _files_under(path: Path) -> list[Path]:
+    """A file, or a folder's files, sorted; nothing when there is none."""
+    return sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path] if path.is_file() else []
+
+
+def _feed(h, files: list[Path], base: Path) -> None:
+    for p in files:
+        h.update(p.relative_to(base).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+
+
 def program_digest(root: Path = ROOT) -> str:
     """One digest of every file of the program `pulumi up` runs (sorted paths and contents)."""
     h = hashlib.sha256()
     for top in PROGRAM:
-        base = root / top
-        files = sorted(p for p in base.rglob("*") if p.is_file()) if base.is_dir() else [base] if base.exists() else []
-        for p in files:
-            rel = p.relative_to(root).as_posix()
-            if "__pycache__" in p.parts or rel.startswith(NOT_PROGRAM):
-                continue
-            h.update(rel.encode() + b"\0" + p.read_bytes() + b"\0")
+        _feed(h, [p for p in _files_under(root / top) if "__pycache__" not in p.parts
+                  and not p.relative_to(root).as_posix().startswith(NOT_PROGRAM)], root)
     return h.hexdigest()
 
 
@@ -133,7 +138,7 @@ def program_digest(root: Path = ROOT) -> str:
 FILE_KEYS = {(None, "caBundleFile"), (None, "hubKubeconfigFile"), ("chart", "path"), ("gatewayApi", "source")}
 
 
-def referenced_files(stack_file: Path) -> list[str]:
+def referenced_files(stack_text: str) -> list[str]:
     """The local files and folders a stack's config points to (a local chart's `path`,
     `hubKubeconfigFile`, `hub.acme.caBundleFile`, a Gateway API CRD `source` that is no URL):
     editing one changes what `pulumi up` does as surely as editing the stack file."""
@@ -154,7 +159,7 @@ def referenced_files(stack_file: Path) -> list[str]:
             else:
                 walk(value, name)
 
-    doc = yaml.safe_load(stack_file.read_text()) or {}
+    doc = yaml.safe_load(stack_text) or {}
     walk(doc.get("config") if isinstance(doc, dict) else None, None)
     return sorted(set(found))
 
@@ -167,16 +172,16 @@ def file_digest(path: Path) -> str:
     if not path.is_dir():
         return "absent"
     h = hashlib.sha256()
-    for p in sorted(q for q in path.rglob("*") if q.is_file()):
-        h.update(p.relative_to(path).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    _feed(h, _files_under(path), path)
     return h.hexdigest()
 
 
 def fingerprint(stack_file: Path, program: str, root: Path = ROOT) -> dict:
     """What a done region's up depended on. Relative paths are read from the project folder,
     where `pulumi up` runs the program."""
-    fp = {"stackFile": hashlib.sha256(stack_file.read_bytes()).hexdigest(), "program": program}
-    files = {name: file_digest(root / name) for name in referenced_files(stack_file)}
+    data = stack_file.read_bytes()
+    fp = {"stackFile": hashlib.sha256(data).hexdigest(), "program": program}
+    files = {name: file_digest(root / name) for name in referenced_files(data.decode())}
     if files:  # absent for a stack that names none: progress recorded before stays valid
         fp["files"] = files
     return fp

@@ -112,10 +112,10 @@ def keep_log(log_dir: Path, stack: str, out: str, err: str) -> Path:
     log_dir.mkdir(parents=True, exist_ok=True)
     path = log_dir / f"{stack}.log"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # a file kept from an earlier run may have had other modes: before any byte
     with os.fdopen(fd, "w") as f:
         f.write(f"# pulumi up --stack {stack}: standard output (JSON events)\n{out}")
         f.write(f"\n# standard error\n{err}")
-    os.chmod(path, 0o600)  # a file kept from an earlier run may have had other modes
     return path
 
 

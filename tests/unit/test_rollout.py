@@ -104,7 +104,7 @@ def test_a_changed_chart_or_ca_file_the_config_names_rolls_a_done_region_out_aga
                                                      "certManager": {"chart": {"repo": "r", "chart": "c",
                                                                                "version": "1"}}}}],
         "kontinuum:password": {"secure": "v1:abc"}}}))
-    assert rp.referenced_files(stack) == ["/abs/hub.yaml", "ca.pem", "charts/cilium"]
+    assert rp.referenced_files(stack.read_text()) == ["/abs/hub.yaml", "ca.pem", "charts/cilium"]
     done = rp.fingerprint(stack, "p1", root=tmp_path)
     assert done["files"]["/abs/hub.yaml"] == "absent"
     state = {"version": 1, "regions": {"a": {"status": "healthy", "at": "T", "fingerprint": done}}}
