@@ -4,7 +4,8 @@ Each pass reads the apiserver first and writes only what differs, so the Cluster
 (lab/clusters.py), which owns the processes, can run it every tick:
 - a Node per member whose kubelet runs (lab/talos_node/kubelet.py), registered the way a kubelet
   registers itself (lab/kubelets.py) with the machine's boot id, reported NotReady with its pods
-  terminated when a graceful reboot signals its kubelet, left unrenewed while its machine is down
+  terminated when a graceful reboot signals its kubelet (and none started on it until the next
+  boot's kubelet starts: `kubelets.refuse_started`), left unrenewed while its machine is down
   (reboot, reset, crash, power-off), played by kwok again once its kubelet started after the
   boot (the boot plus the machine's kubelet_delay), with the new boot id;
 - each machine's view of its Node's readiness (EmulatedNode.node_ready, for its MachineStatus);
@@ -89,6 +90,12 @@ class NodeSync:
             machine.node_ready = ready
         static_pods.reconcile(core, current.values(), nodes)
         if objects_moved:
+            running = {member.hostname for _, member in current.values()}
+            for name, node in nodes.items():
+                if name not in running and (node.metadata.annotations or {}).get(kubelets.STOPPED_ANNOTATION) == "stopped":
+                    if refused := kubelets.refuse_started(core, name):
+                        log.info("cluster %s: Node %s's kubelet is stopped; %d pods started on it refused", self.name,
+                                 name, refused)
             self._reconcile_cni(core, nodes)
             pod_network.reconcile(core, nodes, kube_proxy=config.kube_proxy)  # seed 002: host-network clients of the Service ClusterIP
             for process in processes:

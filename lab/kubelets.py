@@ -19,8 +19,9 @@ requests, so the kubelet's node shutdown manager (Kubernetes pkg/kubelet/nodeshu
 Node NotReady, "node is shutting down" (ShutdownStatus, one of the Ready condition's errors), and
 terminates every pod on it (phase Failed, reason Terminated, a DisruptionTarget condition), then
 lets Talos stop it (`shut_down`). The Node carries STOPPED_ANNOTATION from then until its kubelet
-starts again, so kwok's stages leave its status alone even before kwok sees its Lease go. The
-kubelet of the next boot reports the new boot id and, until the node's Cilium agent is Ready
+starts again, so kwok's stages leave its status alone even before kwok sees its Lease go; a pod
+kwok still started on it in that moment ends rejected, as the kubelet's admission leaves it
+(`refuse_started`). The kubelet of the next boot reports the new boot id and, until the node's Cilium agent is Ready
 again, the network not ready (`start`).
 """
 
@@ -51,6 +52,10 @@ log = logging.getLogger(__name__)
 STOPPED_ANNOTATION = "lab.kontinuum.sh/kubelet"  # "stopped" while the machine's kubelet does not run
 SHUTTING_DOWN = "node is shutting down"
 SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
+# How the kubelet rejects a pod it is asked to admit while its shutdown manager runs (Kubernetes
+# v1.35.4 pkg/kubelet/nodeshutdown: NodeShutdownNotAdmittedReason; kubelet.go rejectPod).
+REJECTED_REASON = "NodeShutdown"
+REJECTED_MESSAGE = "Pod was rejected: Pod was rejected as the node is shutting down."
 NETWORK_NOT_READY = ("container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady "
                      "message:Network plugin returns error: cni plugin not initialized")
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -187,6 +192,31 @@ def shut_down(core: client.CoreV1Api, leases: client.CoordinationV1Api, name: st
     return ended
 
 
+def refuse_started(core: client.CoreV1Api, name: str) -> int:
+    """Pods kwok started on Node `name` after its kubelet shut down. kwok learns from a watch that
+    the lab holds the Node's Lease, so a pod bound in that moment (the DaemonSet's replacement of
+    the agent just terminated) may still be started by it. A shutting-down kubelet admits no pod
+    and a stopped one starts none: such a pod ends as its admission would have, rejected and never
+    Ready. Pending pods kwok has not touched stay as they are, as on a machine that is down.
+    Returns the pods refused."""
+    now = _now()
+    refused = 0
+    for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}", _request_timeout=REQUEST_TIMEOUT).items:
+        status = pod.status
+        if pod.metadata.deletion_timestamp or MIRROR_ANNOTATION in (pod.metadata.annotations or {}) \
+                or status.phase in ("Succeeded", "Failed") or not (status.pod_ip or status.phase == "Running"):
+            continue
+        try:
+            core.patch_namespaced_pod_status(pod.metadata.name, pod.metadata.namespace,
+                                             ended(pod, now, REJECTED_REASON, REJECTED_MESSAGE),
+                                             _request_timeout=REQUEST_TIMEOUT)
+            refused += 1
+        except client.ApiException as e:
+            if e.status != 404:
+                raise
+    return refused
+
+
 def drain(core: client.CoreV1Api, name: str, timeout: float = DRAIN_TIMEOUT) -> int:
     """Talos's CordonAndDrainNode (pkg/kubernetes Drain): cordon, then evict every pod on the node
     that a controller other than a DaemonSet owns (grace 60 s, again while a disruption budget
@@ -229,16 +259,21 @@ def drain(core: client.CoreV1Api, name: str, timeout: float = DRAIN_TIMEOUT) -> 
 def terminated(pod, now: str) -> dict:
     """What the kubelet reports of a pod it terminated for a node shutdown (the containers ended
     on SIGTERM within their grace period)."""
+    status = ended(pod, now, "Terminated", SHUTDOWN_MESSAGE)
+    status["status"]["conditions"].insert(0, {
+        "type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet", "message": SHUTDOWN_MESSAGE,
+        "lastProbeTime": None, "lastTransitionTime": now})
+    return status
+
+
+def ended(pod, now: str, reason: str, message: str) -> dict:
+    """A pod status patch: Failed for `reason`, not Ready, its containers ended."""
     condition = {"status": "False", "reason": "PodFailed", "lastProbeTime": None, "lastTransitionTime": now}
     started = {c.name: (c.state.running.started_at if c.state and c.state.running else None)
                for c in (pod.status.container_statuses or [])}
     return {"status": {
-        "phase": "Failed", "reason": "Terminated", "message": SHUTDOWN_MESSAGE,
-        "conditions": [
-            {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet", "message": SHUTDOWN_MESSAGE,
-             "lastProbeTime": None, "lastTransitionTime": now},
-            {"type": "Ready", **condition}, {"type": "ContainersReady", **condition},
-        ],
+        "phase": "Failed", "reason": reason, "message": message,
+        "conditions": [{"type": "Ready", **condition}, {"type": "ContainersReady", **condition}],
         "containerStatuses": [{
             "name": c.name, "image": c.image, "imageID": "", "ready": False, "started": False, "restartCount": 0,
             "state": {"running": None, "waiting": None, "terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": now,

@@ -26,6 +26,7 @@ from kontinuum.talos.answers import yaml_spec
 from kontinuum.talos.client import TalosClient
 from kontinuum.talos.clusterspec import ClusterSpec, PoolSpec
 from kontinuum.talos.errors import TalosError
+from lab import kubelets
 from lab.cluster_manager import ClusterManager
 from lab.process import wait_until
 from lab.talos_node import Lab, control
@@ -124,6 +125,25 @@ def knobs(**changes) -> None:
     control.request(WORKER, "/faults", changes, port=CONTROL_PORT)
 
 
+def back_to_normal(core: client.CoreV1Api, bundle: secrets.SecretsBundle, name: str) -> None:
+    """Each test starts from the worker up: its kubelet Running and healthy, its Node Ready (a test
+    before may have left it rebooting)."""
+    c = talos(bundle, WORKER)
+
+    def kubelet_up():
+        service = kubelet_service(c)
+        return service.state == "Running" and service.health.healthy
+
+    wait_until("the worker's kubelet Running", kubelet_up, 60)
+    wait_until("the worker's Node Ready", lambda: is_ready(core.read_node(name, _request_timeout=T)), 60)
+
+
+def describe(pod) -> str:
+    """A pod as a failed assertion names it: name, phase, when it was created and became Ready."""
+    ready = next((c.last_transition_time for c in pod.status.conditions or [] if c.type == "Ready"), None)
+    return f"{pod.metadata.name} {pod.status.phase} created {pod.metadata.creation_timestamp} ready {ready}"
+
+
 def pods_on(core: client.CoreV1Api, node: str) -> list:
     return core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}", _request_timeout=T).items
 
@@ -142,6 +162,7 @@ def test_a_reboot_takes_the_node_down_until_boot_plus_kubelet_delay(zone):
     wait_until("MachineStatus running and ready", lambda: machine_status(c) == {
         "stage": "running", "status": {"ready": True, "unmetConditions": []}}, 10)
     boots = worker.boots
+    running = {p.metadata.uid for p in pods_on(core, name)}
     lifecycle.reboot(c)
 
     # The kubelet reported the shutdown and ended its pods before the machine went down.
@@ -150,7 +171,7 @@ def test_a_reboot_takes_the_node_down_until_boot_plus_kubelet_delay(zone):
     assert (down.status, down.reason, down.message) == ("False", "KubeletNotReady", "node is shutting down")
     pinned = core.read_namespaced_pod("pinned", "default", _request_timeout=T)
     assert (pinned.status.phase, pinned.status.reason) == ("Failed", "Terminated") and not is_ready(pinned)
-    assert not any(is_ready(p) for p in pods_on(core, name))
+    assert not [describe(p) for p in pods_on(core, name) if p.metadata.uid in running and is_ready(p)]
     booted = next(e["time"] for e in reversed(worker.event_log()) if e["event"] == "booted")
 
     seen, statuses = [], []
@@ -183,9 +204,49 @@ def test_a_reboot_takes_the_node_down_until_boot_plus_kubelet_delay(zone):
     knobs(reboot_delay=0.2, kubelet_delay=0.5)
 
 
+def test_a_pod_started_on_a_node_whose_kubelet_shut_down_ends_rejected_until_the_next_boot(zone):
+    """kwok learns from a watch that the lab took the Node's Lease, so it may still start a pod
+    bound in that moment (the DaemonSet replacing the agent just terminated; seen once in CI). The
+    lab ends such a pod as the shutting-down kubelet's admission would: Failed, NodeShutdown, never
+    Ready; a pod nothing started stays Pending until the next boot's kubelet runs it."""
+    lab, bundle, core = zone
+    worker = lab.node(WORKER)
+    name = worker.hostname
+    back_to_normal(core, bundle, name)
+    knobs(reboot_delay=6.0, kubelet_delay=0.5)
+    lifecycle.reboot(talos(bundle, WORKER))
+    wait_until("the Node shutting down", lambda: ready_condition(core, name).message == "node is shutting down", 10)
+    for pod in ("started", "waiting"):
+        core.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod}, "spec": {
+            "nodeName": name, "containers": [{"name": "app", "image": "lab.invalid/app:1"}]}}, _request_timeout=T)
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    core.patch_namespaced_pod_status("started", "default", {"status": {  # what a stale kwok writes
+        "phase": "Running", "podIP": WORKER, "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
+        "containerStatuses": [{"name": "app", "image": "lab.invalid/app:1", "imageID": "", "ready": True,
+                               "restartCount": 0, "state": {"running": {"startedAt": now}}}]}}, _request_timeout=T)
+
+    def refused():
+        pod = core.read_namespaced_pod("started", "default", _request_timeout=T)
+        return pod if pod.status.phase == "Failed" else None
+
+    pod = wait_until("the started pod refused", refused, 10)
+    assert (pod.status.reason, pod.status.message) == ("NodeShutdown", kubelets.REJECTED_MESSAGE) and not is_ready(pod)
+    assert not [s.name for s in pod.status.container_statuses if s.ready or s.state.running]
+    waiting = core.read_namespaced_pod("waiting", "default", _request_timeout=T)
+    assert (waiting.status.phase, waiting.status.pod_ip) == ("Pending", None)
+    assert worker.mode != "configured" or not worker.kubelet.running, "the machine came back before the checks"
+    knobs(reboot_delay=0.2)
+    wait_until("the waiting pod run by the next boot's kubelet",
+               lambda: is_ready(core.read_namespaced_pod("waiting", "default", _request_timeout=T)), 60)
+    assert core.read_namespaced_pod("started", "default", _request_timeout=T).status.phase == "Failed"
+    for pod in ("started", "waiting"):
+        core.delete_namespaced_pod(pod, "default", grace_period_seconds=0, _request_timeout=T)
+
+
 def test_a_live_cluster_ca_change_restarts_the_kubelet_without_a_reboot(zone):
     lab, bundle, core = zone
     worker = lab.node(WORKER)
+    back_to_normal(core, bundle, worker.hostname)
     knobs(kubelet_delay=2.0)
     c = talos(bundle, WORKER)
     before = kubelet_service(c)
@@ -223,6 +284,7 @@ def test_a_machine_reset_behind_our_back_leaves_its_node_unknown_and_every_pod_o
     lab, bundle, core = zone
     worker = lab.node(WORKER)
     name = worker.hostname
+    back_to_normal(core, bundle, name)
     for i in range(2):
         core.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"crash-{i}"},
                                                "spec": {"nodeName": name, "hostNetwork": i % 2 == 1,
@@ -234,10 +296,11 @@ def test_a_machine_reset_behind_our_back_leaves_its_node_unknown_and_every_pod_o
     talos(bundle, WORKER).reset(graceful=False, system_partitions=("STATE", "EPHEMERAL"), timeout=30)
     try:
         def unknown_and_unready():
-            pods = [p for p in pods_on(core, name) if p.status.phase == "Running"]
-            ready = [p.metadata.name for p in pods if is_ready(p)]
+            ready = [describe(p) for p in pods_on(core, name) if p.status.phase == "Running" and is_ready(p)]
             status = ready_condition(core, name).status
-            return (status, ready) if status == "Unknown" and not ready else None
+            if status != "Unknown" or ready:
+                raise LookupError(f"Node Ready {status}, pods Ready: {ready}")  # reported if time runs out
+            return True
         wait_until("the Node Unknown and its pods not Ready", unknown_and_unready, 90)
         time.sleep(4)  # kwok renews every 3 s: nothing makes them Ready again while the machine is down
         assert [p.metadata.name for p in pods_on(core, name) if is_ready(p)] == []
