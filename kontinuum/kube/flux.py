@@ -12,6 +12,7 @@ import time
 from kubernetes import client
 
 from kontinuum.errors import KontinuumError
+from kontinuum.kube import flux_teardown
 from kontinuum.kube.clients import api_client, describe_error
 from kontinuum.kube.flux_manifests import GROUP, INSTANCE_NAME, PLURAL, VERSION
 
@@ -203,18 +204,31 @@ def delete_instance(kubeconfig: str, namespace: str, *, timeout: float) -> str:
                 return "already gone"
             raise
         deadline = time.monotonic() + timeout
+        released: list[str] = []
         while time.monotonic() < deadline:
             if _get(api, namespace) is None:
-                return "uninstalled by the Flux Operator"
+                return "uninstalled by the Flux Operator" + _released_note(released)
+            try:
+                released += flux_teardown.release_orphans(api, namespace)
+            except Exception:  # noqa: BLE001 - looked at again on the next poll; the wait stays bounded
+                pass
             time.sleep(POLL)
         why = operator_problem(client.CoreV1Api(api), namespace) or "the operator did not finish"
         _custom(api).patch_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, INSTANCE_NAME, {"metadata": {"finalizers": None}},
             _request_timeout=REQUEST_TIMEOUT)
         return (f"the Flux Operator did not finalize FluxInstance {namespace}/{INSTANCE_NAME} within {timeout:.0f} s "
-                f"({why}); its finalizer was removed so the teardown goes on, Flux controllers may be left behind")
+                f"({why}); its finalizer was removed so the teardown goes on, Flux controllers may be left behind"
+                + _released_note(released))
     finally:
         api.close()
+
+
+def _released_note(released: list[str]) -> str:
+    if not released:
+        return ""
+    return (f"; Flux's finalizer was removed from {', '.join(released)}, being deleted after the Flux controllers "
+            "were gone (nothing else could finalize them)")
 
 
 def retire_secrets(kubeconfig: str, namespace: str, names: list[str]) -> list[str]:
