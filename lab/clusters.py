@@ -219,9 +219,12 @@ class ClusterRunner:
         self.kubeprisms = KubePrisms(self.name, cp.serving)
         self.kubeprisms.reconcile(self.registry.nodes_of(self.key))
         self.pod_network = PodNetwork(self.address, self.config.kube_proxy)
+        events = flux_controllers.events_address(self.address)
         self.pod_processes = [
-            flux_operator.runner(self.workdir, self.pod_network, address=self.address, cluster=self.name),
-            *flux_controllers.runners(self.workdir, self.pod_network, address=self.address, cluster=self.name),
+            flux_operator.runner(self.workdir, self.pod_network, address=self.address, cluster=self.name,
+                                 events_url=flux_controllers.events_url(events)),
+            *flux_controllers.runners(self.workdir, self.pod_network, address=self.address, cluster=self.name,
+                                      events=events),
         ]
         self.kwok = kwok.start(self.workdir, self.kubeconfig_path, cluster=self.name,
                                node_ip=self.host.address, pod_cidr=self.config.pod_subnet)

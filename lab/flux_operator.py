@@ -75,10 +75,14 @@ def chart_dir(dest: Path, version: str | None = None) -> Path:
     return dest
 
 
-def runner(workdir: Path, network: PodNetwork, *, address: str, cluster: str) -> PodProcess:
-    """The operator's process for the zone's flux-operator pod (lab/pod_processes.py)."""
+def runner(workdir: Path, network: PodNetwork, *, address: str, cluster: str, events_url: str) -> PodProcess:
+    """The operator's process for the zone's flux-operator pod (lab/pod_processes.py). It sends
+    its events to notification-controller.<namespace>.svc.<cluster domain>; the lab has no cluster
+    DNS (and must not ask the machine's resolver), so it names the notification-controller's lab
+    address in the operator's own override, NOTIFICATION_CONTROLLER_ADDRESS."""
     def argv(pod: dict) -> list[str]:
         return ["flux-operator", f"--storage-path={data_dir()}", "--enable-leader-election=false",
                 f"--metrics-addr={address}:{free_port(address)}", f"--health-addr={address}:{free_port(address)}",
                 "--web-server-port=0", "--log-level=info"]
-    return PodProcess("flux-operator", POD_SELECTOR, workdir, argv, cluster=cluster, network=network)
+    return PodProcess("flux-operator", POD_SELECTOR, workdir, argv, cluster=cluster, network=network,
+                      env=lambda pod: {"NOTIFICATION_CONTROLLER_ADDRESS": events_url})

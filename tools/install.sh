@@ -50,7 +50,7 @@ version_of() {
     # The plugins report their version only over gRPC, pebble-challtestsrv not at all, the Flux
     # Operator only once connected to a cluster; their directory is versioned, either ours
     # (<cache>/<name>/<version>/) or Pulumi's (plugins/resource-kubernetes-v<version>/).
-    pulumi-language-python|pulumi-resource-kubernetes|pebble-challtestsrv|flux-operator|source-controller|kustomize-controller)
+    pulumi-language-python|pulumi-resource-kubernetes|pebble-challtestsrv|flux-operator|source-controller|kustomize-controller|notification-controller)
       local dir; dir=$(dirname "$(readlink -f "$2")")
       case $dir in
         */$1/*) basename "$dir" ;;
@@ -277,12 +277,12 @@ build_flux_operator() ( # a subshell: its EXIT trap cleans up and cannot fire la
 )
 
 build_flux_controller() ( # a subshell: its EXIT trap cleans up and cannot fire later
-  # Flux's own source-controller or kustomize-controller ($component), at the release the pinned
-  # operator's default distribution ships. Built as the main module from a writable copy: its
+  # Flux's own source-, kustomize- or notification-controller ($component), at the release the
+  # pinned operator's default distribution ships ($version). Built as the main module from a writable copy: its
   # go.mod replaces the nested api module by ./api, which the module zip leaves out (the
   # published api module of the same version, which go.mod requires, is used instead).
   local mod="github.com/fluxcd/$component" src work
-  src=$(go mod download -json "$mod@$FLUX_CONTROLLERS_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+  src=$(go mod download -json "$mod@$version" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
   work=$(mktemp -d); trap 'chmod -R u+w "$work"; rm -rf "$work"' EXIT
   cp -r "$src/go.mod" "$src/go.sum" "$src/main.go" "$src/internal" "$work"; chmod -R u+w "$work"
   (cd "$work" && go mod edit -dropreplace "$mod/api") || return 1
@@ -308,10 +308,10 @@ build_talosctl() ( # a subshell: its EXIT trap cleans up and cannot fire later
 
 # What each job needs (README, "Tools"): a region's pipeline runs only the product; the lab adds
 # the control plane, kwok, Pebble and cert-manager; the tests add the S3 server, the Flux Operator,
-# Flux's source- and kustomize-controller and talosctl.
+# Flux's source-, kustomize- and notification-controller and talosctl.
 product_tools="kontinuum-plugin-guard pulumi pulumi-language-python pulumi-resource-kubernetes kontinuum-talos-validate"
 lab_tools="$product_tools etcd etcdutl kube-apiserver kube-controller-manager kube-scheduler kwok pebble pebble-challtestsrv cert-manager-controller cert-manager-webhook"
-all_tools="$lab_tools weed flux-operator source-controller kustomize-controller talosctl"
+all_tools="$lab_tools weed flux-operator source-controller kustomize-controller notification-controller talosctl"
 
 # provide_tool NAME: provide one tool at its pin with its builder.
 provide_tool() {
@@ -330,7 +330,9 @@ provide_tool() {
     weed) provide weed "$SEAWEEDFS_VERSION" build_weed ;;
     flux-operator) provide flux-operator "$FLUX_OPERATOR_VERSION" build_flux_operator ;;
     talosctl) provide talosctl "$TALOSCTL_VERSION" build_talosctl ;;
-    source-controller|kustomize-controller) component=$1 provide "$1" "$FLUX_CONTROLLERS_VERSION" build_flux_controller ;;
+    source-controller|kustomize-controller) component=$1 version=$FLUX_CONTROLLERS_VERSION provide "$1" "$FLUX_CONTROLLERS_VERSION" build_flux_controller ;;
+    notification-controller) component=$1 version=$FLUX_NOTIFICATION_CONTROLLER_VERSION \
+      provide "$1" "$FLUX_NOTIFICATION_CONTROLLER_VERSION" build_flux_controller ;;
   esac
 }
 
@@ -353,7 +355,7 @@ want() { [[ $wanted == *" $1 "* ]]; }
 # failed unit stops only itself: the others finish and stay cached, and the run then fails naming it.
 units=(
   "pulumi-resource-kubernetes" "kube-apiserver kube-controller-manager kube-scheduler" "pulumi" "talosctl" "weed"
-  "cert-manager-controller cert-manager-webhook" "flux-operator" "source-controller kustomize-controller" "kwok" "etcd etcdutl"
+  "cert-manager-controller cert-manager-webhook" "flux-operator" "source-controller kustomize-controller notification-controller" "kwok" "etcd etcdutl"
   "kontinuum-talos-validate" "pulumi-language-python" "pebble pebble-challtestsrv" "kontinuum-plugin-guard"
 )
 lanes=${KONTINUUM_TOOLS_JOBS:-2}

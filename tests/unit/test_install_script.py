@@ -39,6 +39,7 @@ TOOLS = {
     "talosctl": PINS["TALOSCTL_VERSION"],
     "source-controller": PINS["FLUX_CONTROLLERS_VERSION"],
     "kustomize-controller": PINS["FLUX_CONTROLLERS_VERSION"],
+    "notification-controller": PINS["FLUX_NOTIFICATION_CONTROLLER_VERSION"],
 }
 
 # A stand-in builder: leaves a binary that reports its version the way the real one does.
