@@ -217,11 +217,11 @@ def unready_on(kubeconfig: str, address: str, *, within: float) -> None:
                                                     _request_timeout=10).items
             # not Ready: marked so by the controller, or replaced by a pod not yet started (no Ready condition)
             marked = [p for p in pods if {c.type: c.status for c in p.status.conditions or []}.get("Ready") != "True"]
-            # Known gap (session 12): since the lab's kubelets stop for reboots, 2 of a reset worker's 6 pods can
-            # stay Ready; the repair below is what this test proves.
-            if ready == "Unknown" and marked:
+            if ready == "Unknown" and len(marked) == len(pods):
                 return
-            assert time.monotonic() < deadline, f"Node {node.metadata.name}: Ready={ready}, {len(marked)}/{len(pods)} pods not Ready"
+            still = sorted(f"{p.metadata.namespace}/{p.metadata.name}" for p in pods if p not in marked)
+            assert time.monotonic() < deadline, \
+                f"Node {node.metadata.name}: Ready={ready}, {len(marked)}/{len(pods)} pods not Ready; Ready: {still}"
             time.sleep(2)
     finally:
         api.close()
