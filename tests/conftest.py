@@ -30,24 +30,16 @@ SHARED_ADDRESSES = {
 }
 GROUP_OF = {module: group for group, modules in SHARED_ADDRESSES.items() for module in modules}
 # The longest serial groups start first, one per worker: the kill chains (two modules of ~15 min,
-# each with a lab of its own) and the HA zone's modules (tests/e2e/ha_zone/). Then the groups that
-# run labs and servers (e2e, shared addresses, integration, conformance) before the unit tests, so
-# that the suite ends on short modules rather than on a lab handed out last (a backup or CA
-# rotation group of 4–6 min starting near the end held the whole run); within a kind, most tests
-# first. `make test` passes --no-loadscope-reorder so that this order holds. xdist also hands a
-# worker whose first group has at most two tests a second group at once, which then waits behind
-# it: the smallest unit-test modules go there, not a long group.
+# each with a lab of its own) and the HA zone's modules (tests/e2e/ha_zone/). Every other group keeps
+# xdist's own order (most tests first); `make test` passes --no-loadscope-reorder so that this
+# order holds. xdist also hands a worker whose first group has at most two tests a second group at
+# once, which then waits behind it: the smallest unit-test modules go there, not a long group.
 FIRST = ("e2e/test_kills_create_engine.py", "e2e/test_kills_delete_engine.py", "lab33")
-KIND_ORDER = ("integration/", "conformance/", "unit/")  # after e2e and shared-address groups
-
-
-def _kind(group: str) -> int:
-    return next((i + 1 for i, prefix in enumerate(KIND_ORDER) if group.startswith(prefix)), 0)
 
 
 def run_order(groups: dict[str, int]) -> list[str]:
     """Groups (name → number of tests) in the order they are handed out."""
-    rest = sorted((g for g in groups if g not in FIRST), key=lambda g: (_kind(g), -groups[g]))
+    rest = sorted((g for g in groups if g not in FIRST), key=lambda g: -groups[g])
     behind = sorted((g for g in rest if g.startswith("unit/")), key=lambda g: groups[g])[:len(FIRST)]
     return [g for g in FIRST if g in groups] + behind + [g for g in rest if g not in behind]
 
