@@ -21,8 +21,8 @@ terminates every pod on it (phase Failed, reason Terminated, a DisruptionTarget 
 lets Talos stop it (`shut_down`). The Node carries STOPPED_ANNOTATION from then until its kubelet
 starts again, so kwok's stages leave its status alone even before kwok sees its Lease go; a pod
 kwok still started on it in that moment ends rejected, as the kubelet's admission leaves it
-(`refuse_started`). The kubelet of the next boot reports the new boot id and, until the node's Cilium agent is Ready
-again, the network not ready (`start`).
+(`refuse_started`). The kubelet of the next boot reports the new boot id and, until the node's
+Cilium agent is Ready again, the network not ready (`start`).
 """
 
 from __future__ import annotations
