@@ -156,7 +156,8 @@ def table(text: str) -> list[list[str]]:
 
 def test_get_reads_the_day2_resources(zone):
     status = table(ok(zone, "-n", W1, "get", "machinestatus"))
-    assert status[0][3] == "machine" and "running" in status[0] and "true" in status[0]
+    assert status[0][3] == "machine" and "running" in status[0] and "true" in status[0], \
+        f"{status}\n{ok(zone, '-n', W1, 'get', 'machinestatus', '-o', 'yaml')}\n{lab_view(zone, W1)}"
     members = {row[3]: row for row in table(ok(zone, "-n", W1, "get", "members"))}
     assert sorted(members) == sorted(zone.lab.node(a).hostname for a in (CP, W1, W2))
     assert "controlplane" in members[zone.lab.node(CP).hostname] and "worker" in members[zone.lab.node(W2).hostname]
