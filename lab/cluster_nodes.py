@@ -7,7 +7,8 @@ Each pass reads the apiserver first and writes only what differs, so the Cluster
   terminated when a graceful reboot signals its kubelet (and none started on it until the next
   boot's kubelet starts: `kubelets.refuse_started`), left unrenewed while its machine is down
   (reboot, reset, crash, power-off), played by kwok again once its kubelet started after the
-  boot (the boot plus the machine's kubelet_delay), with the new boot id;
+  boot (the boot plus the machine's kubelet_delay), with the new boot id, every pod bound to it
+  started (one kwok missed is touched so it looks again: lab/kubelet_resync.py);
 - each machine's view of its Node's readiness (EmulatedNode.node_ready, for its MachineStatus);
 - the control planes' static-pod mirror Pods (lab/static_pods.py);
 - the CNI-ready mark kwok turns into Node readiness, set while the Cilium agent pod on it is Ready;
@@ -22,11 +23,11 @@ from typing import Callable
 
 from kubernetes import client
 
-from lab import bootstrap_manifests, kubelets, kwok, pod_network, static_pods
+from lab import bootstrap_manifests, kubelet_resync, kubelets, kwok, pod_network, static_pods
 from lab.cluster_config import ClusterConfig, MemberInfo, v1alpha1
 from lab.cluster_health import CNI_NAMESPACE, CNI_SELECTOR, cni_ready_nodes
 from lab.pod_processes import PodProcess
-from lab.standins.loop import REQUEST_TIMEOUT
+from lab.standins.loop import REQUEST_TIMEOUT, list_json
 from lab.talos_node import manifests as talos_manifests
 from lab.talos_node.cluster import ClusterRegistry
 from lab.talos_node.node import EmulatedNode
@@ -96,8 +97,14 @@ class NodeSync:
                     if refused := kubelets.refuse_started(core, name):
                         log.info("cluster %s: Node %s's kubelet is stopped; %d pods started on it refused", self.name,
                                  name, refused)
+            pods = list_json(core.list_pod_for_all_namespaces)
+            since = {member.hostname: machine.kubelet.health_changed for machine, member in current.values()
+                     if machine.kubelet.up}
+            if touched := kubelet_resync.resync(core, pods, since):
+                log.info("cluster %s: pods kwok had not started, touched so it looks again: %s", self.name,
+                         ", ".join(touched))
             self._reconcile_cni(core, nodes)
-            pod_network.reconcile(core, nodes, kube_proxy=config.kube_proxy)  # seed 002: host-network clients of the Service ClusterIP
+            pod_network.reconcile(core, nodes, pods, kube_proxy=config.kube_proxy)  # seed 002: host-network clients of the Service ClusterIP
             for process in processes:
                 process.reconcile(core)
         # Talos's ManifestApplyController on a control plane: the bootstrap manifests' missing objects.

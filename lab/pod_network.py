@@ -19,7 +19,7 @@ from __future__ import annotations
 from kubernetes import client
 
 from lab.kwok import CNI_READY_ANNOTATION
-from lab.standins.loop import REQUEST_TIMEOUT, list_json
+from lab.standins.loop import REQUEST_TIMEOUT
 
 VERDICT = "lab.kontinuum.sh/service-network"
 
@@ -46,12 +46,13 @@ def verdict(pod: dict, cni_ready: bool) -> str | None:
     return None if current else "unreachable"
 
 
-def reconcile(core: client.CoreV1Api, nodes: dict, *, kube_proxy: bool = False) -> None:
-    """Annotate every host-network ClusterIP client on the cluster with its verdict. With
-    Talos's kube-proxy enabled, its host rules serve the ClusterIP before any CNI: reachable.
+def reconcile(core: client.CoreV1Api, nodes: dict, pods: list[dict], *, kube_proxy: bool = False) -> None:
+    """Annotate every host-network ClusterIP client among `pods` with its verdict. With Talos's
+    kube-proxy enabled, its host rules serve the ClusterIP before any CNI: reachable.
 
-    Runs every second on every lab cluster: pods are read as plain JSON, since building the
-    client's model objects for every pod cost more CPU than the rest of the lab together."""
+    Runs every second on every lab cluster: pods are read as plain JSON (the caller's one list),
+    since building the client's model objects for every pod cost more CPU than the rest of the
+    lab together."""
     try:
         core.read_namespaced_service("kubernetes", "default", _request_timeout=REQUEST_TIMEOUT)
     except client.ApiException as e:
@@ -59,7 +60,7 @@ def reconcile(core: client.CoreV1Api, nodes: dict, *, kube_proxy: bool = False) 
             return  # the apiserver has not created it yet: no client can have been given its address
         raise
     ready = {name for name, n in nodes.items() if (n.metadata.annotations or {}).get(CNI_READY_ANNOTATION) == "true"}
-    for pod in list_json(core.list_pod_for_all_namespaces):
+    for pod in pods:
         want = verdict(pod, kube_proxy or pod["spec"].get("nodeName") in ready)
         if want is not None:
             core.patch_namespaced_pod(pod["metadata"]["name"], pod["metadata"]["namespace"],

@@ -88,11 +88,12 @@ class Managed:
         self.popen.wait(timeout=timeout)
 
 
-def wait_until(what: str, probe, timeout: float, interval: float = 0.2, on_fail=None):
+def wait_until(what: str, probe, timeout: float, interval: float = 0.2, on_fail=None, on_timeout=None):
     """Poll `probe()` until it returns a truthy value or `timeout` seconds pass.
 
     `probe` may raise; the last exception or falsy value is reported in the error so the
-    caller learns what was last observed, not just that time ran out.
+    caller learns what was last observed, not just that time ran out, with what `on_timeout()`
+    says then (state worth reading only once).
     """
     deadline = time.monotonic() + timeout
     last: object = None
@@ -107,7 +108,8 @@ def wait_until(what: str, probe, timeout: float, interval: float = 0.2, on_fail=
         if on_fail is not None:
             on_fail()
         if time.monotonic() >= deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}; last observation: {last!r}")
+            detail = f"; {on_timeout()}" if on_timeout is not None else ""
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}; last observation: {last!r}{detail}")
         time.sleep(interval)
 
 

@@ -3,7 +3,9 @@
 A wait retries a probe until it returns, the probe raises something other than NotYet (a
 fatal error, passed through), or the bound runs out. Past the bound WaitTimeout names the
 condition, what the last try saw and what to do (DESIGN §4). Each try gets at most the time
-that is left, so the whole wait never overruns its bound by more than one short pause.
+that is left, so the whole wait never overruns its bound by more than one short pause, and no
+later try starts with less than `last_try` left: a try cut to a fraction of a second only times
+out, and its "no answer" would hide what the tries before it saw.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class WaitBounds:
     http_request: float = 5.0  # one try of an HTTP call inside a wait
     first_pause: float = 0.25  # pause after the first failed try; grows 1.5x per try
     max_pause: float = 2.0
+    last_try: float = 1.0  # the least time a try after the first is started with
 
 
 WAIT_DEFAULTS = WaitBounds()
@@ -79,7 +82,7 @@ def wait_until(
         except NotYet as exc:
             last = exc.observation
         left = deadline - clock()
-        if left <= 0:
+        if left < bounds.last_try:
             raise WaitTimeout(condition, timeout, last, remedy)
-        sleep(min(pause, left))
+        sleep(min(pause, left - bounds.last_try))
         pause = min(pause * 1.5, bounds.max_pause)

@@ -122,3 +122,26 @@ def test_kwok_stages_are_ours_and_well_formed():
     assert f"--manage-nodes-with-annotation-selector={kwok.MANAGED_ANNOTATION}=zone-a" in argv
     assert not any(a.startswith(("--server-address", "--node-port")) for a in argv)  # kwok binds no port
 
+
+
+def test_the_kubelet_resync_touches_only_pods_kwok_left_pending_on_a_running_kubelet():
+    """kwok may skip a pod for good when it takes a Node's Lease (lab/kubelet_resync.py); the lab
+    touches exactly the pods a running kubelet would have started by now, and each at most once
+    per grace period."""
+    from lab.kubelet_resync import GRACE, SYNC_ANNOTATION, missed
+
+    created = 1_796_074_400.0  # 2026-11-30T21:33:20Z
+
+    def pod(name, node="w-1", phase="Pending", ip=None, **meta):
+        return {"metadata": {"name": name, "namespace": "default", "creationTimestamp": "2026-11-30T21:33:20Z", **meta},
+                "spec": {"nodeName": node}, "status": {"phase": phase, **({"podIP": ip} if ip else {})}}
+
+    pods = [pod("missed"), pod("started", ip="10.244.1.2"), pod("running", phase="Running", ip="10.244.1.3"),
+            pod("deleting", deletionTimestamp="2026-11-30T21:33:21Z"), pod("down", node="w-2"),
+            pod("mirror", annotations={kubelets.MIRROR_ANNOTATION: "x"}),
+            pod("touched", annotations={SYNC_ANNOTATION: f"{created + 20:.3f}"})]
+    since = {"w-1": created + 10}  # w-1's kubelet runs since then; w-2's does not run
+    names = lambda now: [p["metadata"]["name"] for p in missed(pods, since, now)]  # noqa: E731
+    assert names(created + 10 + GRACE - 0.1) == []  # the kubelet just started: kwok has its grace
+    assert names(created + 10 + GRACE) == ["missed"]
+    assert names(created + 20 + GRACE) == ["missed", "touched"]  # touched once; still Pending a grace later

@@ -294,3 +294,23 @@ def test_wait_until_tries_at_least_once_stays_in_its_bound_and_names_the_last_ob
     assert wait_until("x", lambda left: "ok", timeout=0, remedy="") == "ok"  # a spent bound still tries once
     with pytest.raises(ValueError):  # anything but NotYet ends the wait at once
         wait_until("x", lambda left: (_ for _ in ()).throw(ValueError("fatal")), timeout=5, remedy="")
+
+
+def test_wait_until_starts_no_later_try_it_would_cut_to_a_fraction_of_a_second():
+    """Seen in CI: a last try given 0.1 s timed out, and the wait reported "no answer within
+    0.1 s" instead of what every try before it saw (the node's Kubernetes not ready)."""
+    from kontinuum.talos.waits import NotYet, WaitTimeout, wait_until
+
+    for timeout in (7.3, 10, 12.9):
+        now, tries = [0.0], []
+
+        def probe(left):
+            tries.append(left)
+            now[0] += min(left, 0.5)  # a try answers in 0.5 s, or times out at its budget
+            raise NotYet("no answer" if left < 0.5 else "nodeReady")
+
+        with pytest.raises(WaitTimeout) as err:
+            wait_until("ready", probe, timeout=timeout, remedy="", clock=lambda: now[0],
+                       sleep=lambda s: now.__setitem__(0, now[0] + s))
+        assert min(tries) >= 1.0 and now[0] <= timeout
+        assert err.value.last == "nodeReady"
