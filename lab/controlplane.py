@@ -12,6 +12,7 @@ import ipaddress
 import os
 import shutil
 import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from cryptography.hazmat.primitives import serialization
 from kontinuum.talos import pki
 from kontinuum.talos.pki import CertKey
 from lab import etcd_restore
-from lab.apiservers import Apiserver, ServingNames, readyz, serving_cert
+from lab.apiservers import Apiserver, ServingNames, readyz, repair_failed, serving_cert
 from lab.apiservers import argv as apiserver_argv
 from lab.apiservers import files as apiserver_files
 from lab.process import Managed, wait_until
@@ -29,6 +30,10 @@ from lab.process import Managed, wait_until
 STOP_GRACE = 3.0  # seconds a stopping apiserver gets before SIGKILL (the runner's tick waits for it)
 READY_TIMEOUT = 90.0  # seconds for etcd + apiserver /readyz on a loaded 2-core machine
 NODE_MONITOR_GRACE = 24  # seconds without a Lease renewal before a Node is Unknown (kwok renews every 3 s)
+
+
+class _Doomed(Exception):
+    """A restarted apiserver's first Service repair failed: it will exit within a minute."""
 
 
 @dataclass(frozen=True)
@@ -273,27 +278,42 @@ class ControlPlane:
             self._start_controllers()
 
     def _roll(self, old: Apiserver, timeout: float) -> None:
-        started = self._spawn_apiserver(old.address, old.hostname, old.tag)
-        url = f"https://{old.address}:{self.apiserver_port}"
-
-        def alive() -> None:  # only the new apiserver counts: the old one may have ended on its own
-            if not started.process.running():
-                raise RuntimeError(f"{self.name}: the restarted kube-apiserver at {old.address} exited early; "
-                                   f"last log lines:\n{started.process.tail()}")
-
-        try:
-            wait_until(f"{self.name}: the restarted kube-apiserver {url}/readyz",
-                       lambda: readyz(started, self.apiserver_port, self._probe_pair(), attempts=8), timeout,
-                       on_fail=alive)
-        except BaseException:
+        deadline = time.monotonic() + timeout
+        while True:  # a new apiserver doomed by its first repair is started again, as the kubelet would
+            started = self._spawn_apiserver(old.address, old.hostname, old.tag)
+            try:
+                if self._wait_restarted(started, deadline):
+                    break
+            except BaseException:
+                started.process.stop()
+                raise
             started.process.stop()
-            raise
         started.ready = True
         old.process.stop()
         if self.apiservers.get(old.address) is old:
             self.apiservers[old.address] = started
         else:  # stopped meanwhile (its machine went down): the new one goes too
             started.process.stop()
+
+    def _wait_restarted(self, started: Apiserver, deadline: float) -> bool:
+        """True once the restarted apiserver is ready; False if its first repair failed and time
+        is left to start another (lab.apiservers.repair_failed)."""
+        url = f"https://{started.address}:{self.apiserver_port}"
+
+        def alive() -> None:  # only the new apiserver counts: the old one may have ended on its own
+            if not started.process.running():
+                raise RuntimeError(f"{self.name}: the restarted kube-apiserver at {started.address} exited early; "
+                                   f"last log lines:\n{started.process.tail()}")
+            if repair_failed(started) and time.monotonic() < deadline:
+                raise _Doomed()
+
+        try:
+            wait_until(f"{self.name}: the restarted kube-apiserver {url}/readyz",
+                       lambda: readyz(started, self.apiserver_port, self._probe_pair(), attempts=8),
+                       max(deadline - time.monotonic(), 1.0), on_fail=alive)
+        except _Doomed:
+            return False
+        return True
 
     def _probe_pair(self) -> tuple[str, str]:
         if self._probe_client is None:

@@ -168,3 +168,24 @@ def test_serving_names_follow_talos():
     assert ips == ["127.0.64.10", "10.96.0.1", "127.0.64.2", "127.0.0.1"]
     assert dns == ["api.lab.test", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
                    "kubernetes.default.svc.cluster.local", "localhost", "cp-2"]
+
+
+def test_a_restarted_apiserver_is_doomed_only_by_its_own_failed_first_repair(tmp_path):
+    """The line the real kube-apiserver v1.35.4 logged in the suite a minute before its post-start
+    hook failed; another process's line (the log file is appended across restarts) or another
+    error does not count."""
+    from types import SimpleNamespace
+
+    from lab.apiservers import repair_failed
+
+    log = tmp_path / "kube-apiserver.log"
+    server = SimpleNamespace(process=SimpleNamespace(popen=SimpleNamespace(pid=16296), log_path=log))
+    assert not repair_failed(server)  # no log yet
+    other = ('E1203 12:25:03.372666   16231 repair.go:85] "Unhandled Error" err="unable to refresh the port block: '
+             'Get \\"https://127.0.50.2:47573/api/v1/services\\": tls: failed to verify certificate"\n')
+    lease = ('E1203 12:27:28.015735   16296 controller.go:251] "Failed to update lease" err="Operation cannot be '
+             'fulfilled on leases.coordination.k8s.io"\n')
+    log.write_text(other + lease)
+    assert not repair_failed(server)
+    log.write_text(other + lease + other.replace("16231", "16296"))
+    assert repair_failed(server)
