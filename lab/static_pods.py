@@ -41,23 +41,11 @@ NAMESPACE = "kube-system"
 SELECTOR = "tier=control-plane"
 MIRROR = "kubernetes.io/config.mirror"
 CONFIG_VERSION = k8s_resources.CONFIG_VERSION
-COMPONENTS = (
-    ("kube-apiserver", ("cluster", "apiServer", "image")),
-    ("kube-controller-manager", ("cluster", "controllerManager", "image")),
-    ("kube-scheduler", ("cluster", "scheduler", "image")),
-)
-DEFAULT_IMAGE = "registry.k8s.io/{component}:v1.35.4"  # Talos's default when the config names none
 
 
 def images(doc: dict) -> dict[str, str]:
     """component → image of the static pods a control plane runs, from its v1alpha1 document."""
-    out = {}
-    for component, path in COMPONENTS:
-        value: object = doc
-        for key in path:
-            value = value.get(key) if isinstance(value, dict) else None
-        out[component] = str(value) if value else DEFAULT_IMAGE.format(component=component)
-    return out
+    return {component: k8s_resources.image(doc, component) for component in k8s_resources.STATIC_PODS}
 
 
 def mirror_pod(component: str, image: str, *, node: str, node_uid: str, address: str, config_version: int = 1,
@@ -100,11 +88,15 @@ def reconcile(core: client.CoreV1Api, members: Iterable, nodes: dict) -> None:
         _kubelet(core, machine, member, node)
         if not member.control_plane:
             continue
+        # Image and config version from one read of the config: `member` was read earlier in the
+        # pass, and a config applied since then once paired its old image with the new version
+        # (a mirror Pod recreated on the old image, seen in the suite under load).
         doc = v1alpha1_document(machine.config.raw)
-        for component, image in member.static_pod_images.items():
+        for component in member.static_pod_images:
             name = f"{component}-{member.hostname}"
             pod = pods.get(name)
             spec = k8s_resources.static_pod(doc, component, address=member.address)
+            image = spec["spec"]["containers"][0]["image"]
             version = int(spec["metadata"]["annotations"][CONFIG_VERSION])
             if pod is not None and not pod.metadata.deletion_timestamp and pod.spec.containers[0].image == image \
                     and (pod.metadata.annotations or {}).get(CONFIG_VERSION) == str(version):

@@ -89,3 +89,36 @@ def test_the_protobuf_forms_decode_as_talos_messages():
     fields = _fields(kr.kubelet_spec_proto(spec))
     assert [f for f, _ in fields] == [1] + [2] * len(spec["args"]) + [4, 5]
     assert [p.decode() for f, p in fields if f == 2] == spec["args"] and fields[0][1].decode() == spec["image"]
+
+
+def test_a_mirror_pod_takes_image_and_config_version_from_one_read_of_the_config():
+    """The lab's pass read its member info (images) before a config that upgrades the
+    controller-manager was applied and the config itself after: the mirror Pod was recreated on
+    the old image with the new version (an extra, wrong "static-pod" event, seen in the suite's
+    day-2 e2e). It follows the config it read, once."""
+    from types import SimpleNamespace as NS
+
+    import yaml
+
+    from lab import static_pods
+    from lab.cluster_config import MemberInfo
+
+    address, hostname = "127.0.62.13", "cp-3"
+    old = doc()
+    new = copy.deepcopy(old)
+    new["cluster"]["controllerManager"] = {"image": "registry.k8s.io/kube-controller-manager:v1.35.5"}
+    member = MemberInfo(hostname, address, True, static_pod_images=static_pods.images(old))
+    pods = [NS(metadata=NS(name=f"{c}-{hostname}", deletion_timestamp=None,
+                           annotations={kr.CONFIG_VERSION: str(kr.config_version(address, old, c))}),
+               spec=NS(containers=[NS(image=image)])) for c, image in member.static_pod_images.items()]
+    calls, events = [], []
+    core = NS(list_namespaced_pod=lambda *a, **k: NS(items=pods),
+              delete_namespaced_pod=lambda name, *a, **k: calls.append(("delete", name)),
+              create_namespaced_pod=lambda ns, body, **k: calls.append(("create", body["spec"]["containers"][0]["image"])))
+    machine = NS(config=NS(raw=yaml.safe_dump(new).encode()), record=lambda kind, **d: events.append(d["image"]))
+    node = NS(metadata=NS(uid="uid-3"), status=NS(node_info=NS(kubelet_version=member.kubelet_version,
+                                                               os_image=f"Talos ({member.talos_version})")))
+    static_pods.reconcile(core, [(machine, member)], {hostname: node})
+    assert calls == [("delete", f"kube-controller-manager-{hostname}"),
+                     ("create", "registry.k8s.io/kube-controller-manager:v1.35.5")]
+    assert events == ["registry.k8s.io/kube-controller-manager:v1.35.5"]
