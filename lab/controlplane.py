@@ -258,9 +258,10 @@ class ControlPlane:
         on new cluster CAs, as Talos restarts the control-plane pods when cluster.ca or
         cluster.acceptedCAs change. Rolling, as behind a load balancer: one apiserver at a time,
         the new one sharing its port (SO_REUSEPORT) until it is ready, then the old one stops, so
-        the API answers throughout. A new apiserver that dies or never gets ready is stopped and
-        the old one keeps serving on the old CAs; the caller tries again (as the kubelet restarts a
-        crashed pod), and apiservers that moved already are not restarted twice."""
+        the API answers throughout. A new apiserver doomed by its first Service repair is replaced at
+        once (lab.apiservers.repair_failed); one that dies or never gets ready is stopped and the old
+        one keeps serving on the old CAs; the caller tries again (as the kubelet restarts a crashed
+        pod), and apiservers that moved already are not restarted twice."""
         before = self.pki
         self.pki = pki_
         self._generation += 1
