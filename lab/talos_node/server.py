@@ -13,7 +13,7 @@ from lab.talos_node import unimplemented
 
 # A connection still in its TLS handshake when the machine goes down has no gRPC connection to
 # drop yet; a real machine's apid closes it as it stops. Bounding the handshake ends it soon after.
-# Not sooner than a loaded machine finishes a handshake (apid's grpc-go allows 120 s): at 2 s,
+# Not sooner than a loaded machine finishes a handshake (grpc-go's default bound is 120 s): at 2 s,
 # handshakes under a load of 20 on 2 cores were cut off and clients saw "connection reset by peer".
 HANDSHAKE_TIMEOUT = 10.0
 
