@@ -11,7 +11,6 @@ from urllib.parse import urlsplit
 import yaml
 
 from kontinuum.talos.pki import CertKey
-from lab import static_pods
 from lab.apiservers import ServingNames
 from lab.controlplane import ClusterPKI
 from lab.talos_node.node import EmulatedNode
@@ -104,7 +103,6 @@ class MemberInfo:
     node_labels: dict[str, str] = field(default_factory=dict)
     kubelet_version: str = "v1.35.4"
     talos_version: str = "v1.13.0"
-    static_pod_images: dict[str, str] = field(default_factory=dict)  # component → image (control planes)
 
     @classmethod
     def of(cls, node: EmulatedNode) -> "MemberInfo":
@@ -114,5 +112,4 @@ class MemberInfo:
         image = str((machine.get("kubelet") or {}).get("image") or "")
         tag = image.rsplit(":", 1)[1] if ":" in image.rsplit("/", 1)[-1] else "v1.35.4"
         labels = {str(k): str(v) for k, v in (machine.get("nodeLabels") or {}).items()}
-        pods = static_pods.images(doc) if node.is_control_plane else {}
-        return cls(node.hostname, node.address, node.is_control_plane, labels, tag, node.talos_version, pods)
+        return cls(node.hostname, node.address, node.is_control_plane, labels, tag, node.talos_version)

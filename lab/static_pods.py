@@ -31,6 +31,7 @@ from typing import Iterable
 
 from kubernetes import client
 
+from lab import kubelets
 from lab.standins.loop import REQUEST_TIMEOUT
 from lab.talos_node import k8s_resources
 from lab.talos_node.machineconfig import v1alpha1_document
@@ -39,13 +40,8 @@ log = logging.getLogger(__name__)
 
 NAMESPACE = "kube-system"
 SELECTOR = "tier=control-plane"
-MIRROR = "kubernetes.io/config.mirror"
+MIRROR = kubelets.MIRROR_ANNOTATION
 CONFIG_VERSION = k8s_resources.CONFIG_VERSION
-
-
-def images(doc: dict) -> dict[str, str]:
-    """component → image of the static pods a control plane runs, from its v1alpha1 document."""
-    return {component: k8s_resources.image(doc, component) for component in k8s_resources.STATIC_PODS}
 
 
 def mirror_pod(component: str, image: str, *, node: str, node_uid: str, address: str, config_version: int = 1,
@@ -88,11 +84,11 @@ def reconcile(core: client.CoreV1Api, members: Iterable, nodes: dict) -> None:
         _kubelet(core, machine, member, node)
         if not member.control_plane:
             continue
-        # Image and config version from one read of the config: `member` was read earlier in the
-        # pass, and a config applied since then once paired its old image with the new version
-        # (a mirror Pod recreated on the old image, seen in the suite under load).
+        # Image and config version from one read of the config: images read earlier in the pass
+        # once met a config applied since then, pairing the old image with the new version (a
+        # mirror Pod recreated on the old image, seen in the suite under load).
         doc = v1alpha1_document(machine.config.raw)
-        for component in member.static_pod_images:
+        for component in k8s_resources.STATIC_PODS:
             name = f"{component}-{member.hostname}"
             pod = pods.get(name)
             spec = k8s_resources.static_pod(doc, component, address=member.address)

@@ -107,10 +107,10 @@ def test_a_mirror_pod_takes_image_and_config_version_from_one_read_of_the_config
     old = doc()
     new = copy.deepcopy(old)
     new["cluster"]["controllerManager"] = {"image": "registry.k8s.io/kube-controller-manager:v1.35.5"}
-    member = MemberInfo(hostname, address, True, static_pod_images=static_pods.images(old))
+    member = MemberInfo(hostname, address, True)  # read before the upgrade was applied
     pods = [NS(metadata=NS(name=f"{c}-{hostname}", deletion_timestamp=None,
                            annotations={kr.CONFIG_VERSION: str(kr.config_version(address, old, c))}),
-               spec=NS(containers=[NS(image=image)])) for c, image in member.static_pod_images.items()]
+               spec=NS(containers=[NS(image=kr.image(old, c))])) for c in kr.STATIC_PODS]
     calls, events = [], []
     core = NS(list_namespaced_pod=lambda *a, **k: NS(items=pods),
               delete_namespaced_pod=lambda name, *a, **k: calls.append(("delete", name)),
