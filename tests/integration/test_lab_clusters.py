@@ -108,6 +108,7 @@ def crash_and_power_on(machine, survivor: TalosClient, core: client.CoreV1Api, a
                              f"{[(p.spec.node_name, p.status.phase, is_ready(p)) for p in agents]}")
 
     wait_until("every Node Ready", every_node_ready, 90)
+    crashed_at = time.strftime("%H:%M:%S", time.gmtime())
     machine.crash()
     assert machine.hostname in {m.hostname for m in survivor.etcd_members()}
 
@@ -118,9 +119,24 @@ def crash_and_power_on(machine, survivor: TalosClient, core: client.CoreV1Api, a
             return True
         raise AssertionError(f"Ready={ready[0].status if ready else None}, pods Ready: {[is_ready(p) for p in pods]}")
 
-    wait_until("the crashed machine's Node Unknown and its pods not Ready", unknown_and_pods_not_ready, 120)
+    wait_until("the crashed machine's Node Unknown and its pods not Ready", unknown_and_pods_not_ready, 120,
+               on_timeout=lambda: crash_report(core, machine.hostname, crashed_at))
     machine.power_on()
     wait_until("its Node Ready again", lambda: is_ready(core.read_node(machine.hostname, _request_timeout=T)), 90)
+
+
+def crash_report(core: client.CoreV1Api, name: str, crashed_at: str) -> str:
+    """What a failed wait after a crash names: when it crashed, the Node's Ready condition, its
+    Lease, and each pod on it with when its Ready condition last changed."""
+    def ready(obj) -> str:
+        c = next((c for c in obj.status.conditions or [] if c.type == "Ready"), None)
+        return f"{c.status} since {c.last_transition_time:%H:%M:%S}" if c else "no Ready condition"
+
+    node = core.read_node(name, _request_timeout=T)
+    lease = client.CoordinationV1Api(core.api_client).read_namespaced_lease(name, "kube-node-lease", _request_timeout=T)
+    pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}", _request_timeout=T).items
+    return (f"crashed at {crashed_at}; Node Ready {ready(node)}; Lease held by {lease.spec.holder_identity}, "
+            f"renewed {lease.spec.renew_time:%H:%M:%S}; pods: {[(p.metadata.name, p.status.phase, ready(p)) for p in pods]}")
 
 
 PROGRAM = textwrap.dedent("""

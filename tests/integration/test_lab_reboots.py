@@ -137,6 +137,12 @@ def back_to_normal(core: client.CoreV1Api, bundle: secrets.SecretsBundle, name: 
     wait_until("the worker's kubelet Running", kubelet_up, 60)
     wait_until("the worker's Node Ready", lambda: is_ready(core.read_node(name, _request_timeout=T)), 60,
                on_timeout=lambda: node_report(core, name))
+    # The Node stays Ready across a kubelet restart (a test before may have restarted it), while
+    # the lab holds its Lease until its next pass sees the kubelet back: wait for kwok's.
+    leases = client.CoordinationV1Api(core.api_client)
+    wait_until("the worker's Lease held by kwok", lambda: leases.read_namespaced_lease(
+        name, kubelets.LEASE_NAMESPACE, _request_timeout=T).spec.holder_identity not in (None, kubelets.LEFT_HOLDER), 30,
+               on_timeout=lambda: node_report(core, name))
 
 
 def node_report(core: client.CoreV1Api, name: str) -> str:
@@ -243,7 +249,8 @@ def test_a_pod_started_on_a_node_whose_kubelet_shut_down_ends_rejected_until_the
 
     def settled():  # Pending as bound, or refused if kwok started it: never left running
         waiting = core.read_namespaced_pod("waiting", "default", _request_timeout=T)
-        outcome = (waiting.status.phase, waiting.status.pod_ip or waiting.status.reason)
+        # a refused pod keeps the IP kwok gave it: its reason tells; a Pending one has none
+        outcome = (waiting.status.phase, waiting.status.reason if waiting.status.phase == "Failed" else waiting.status.pod_ip)
         if outcome not in (("Pending", None), ("Failed", "NodeShutdown")):
             raise LookupError(f"the waiting pod {outcome}, Ready {is_ready(waiting)}")  # reported if time runs out
         return outcome
