@@ -8,6 +8,7 @@ that cluster's Talos API hands out works unchanged.
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import os
 import shutil
@@ -21,7 +22,7 @@ from cryptography.hazmat.primitives import serialization
 
 from kontinuum.talos import pki
 from kontinuum.talos.pki import CertKey
-from lab import etcd_restore
+from lab import controllers, etcd_restore
 from lab.apiservers import Apiserver, ServingNames, readyz, repair_failed, serving_cert
 from lab.apiservers import argv as apiserver_argv
 from lab.apiservers import files as apiserver_files
@@ -29,7 +30,6 @@ from lab.process import Managed, wait_until
 
 STOP_GRACE = 3.0  # seconds a stopping apiserver gets before SIGKILL (the runner's tick waits for it)
 READY_TIMEOUT = 90.0  # seconds for etcd + apiserver /readyz on a loaded 2-core machine
-NODE_MONITOR_GRACE = 24  # seconds without a Lease renewal before a Node is Unknown (kwok renews every 3 s)
 
 
 class _Doomed(Exception):
@@ -69,31 +69,18 @@ def _check_loopback(address: str) -> None:
 
 def kubeconfig_text(name: str, server: str, ca_crt: bytes, client: CertKey) -> str:
     """Admin kubeconfig in the layout Talos generates (config facts §3)."""
-    import base64
-
     def b64(data: bytes) -> str:
         return base64.b64encode(data).decode()
 
     user = f"admin@{name}"
-    return yaml.safe_dump(
-        {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": name, "cluster": {"server": server, "certificate-authority-data": b64(ca_crt)}}],
-            "users": [
-                {
-                    "name": user,
-                    "user": {
-                        "client-certificate-data": b64(client.crt),
-                        "client-key-data": b64(pki.to_standard_pem(client.key)),
-                    },
-                }
-            ],
-            "contexts": [{"name": user, "context": {"cluster": name, "namespace": "default", "user": user}}],
-            "current-context": user,
-        },
-        sort_keys=False,
-    )
+    return yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": name, "cluster": {"server": server, "certificate-authority-data": b64(ca_crt)}}],
+        "users": [{"name": user, "user": {"client-certificate-data": b64(client.crt),
+                                          "client-key-data": b64(pki.to_standard_pem(client.key))}}],
+        "contexts": [{"name": user, "context": {"cluster": name, "namespace": "default", "user": user}}],
+        "current-context": user,
+    }, sort_keys=False)
 
 
 class ControlPlane:
@@ -375,30 +362,16 @@ class ControlPlane:
         """One controller-manager and one scheduler, however many apiservers run: on Talos each
         control plane runs both, leader-elected, so one of each is active at a time; running that
         one alone (through clients_via, to an apiserver that is up) is what the cluster sees."""
-        a = self.address
         ca = self._write("ca.crt", self.pki.ca.crt)
         ca_key = self._write("ca.key", pki.to_standard_pem(self.pki.ca.key))
-        sa_priv = self._write("sa.key", pki.to_standard_pem(self.pki.service_account_key))
+        sa_key = self._write("sa.key", pki.to_standard_pem(self.pki.service_account_key))
         cm = self._component_kubeconfig("system:kube-controller-manager", None)
-        self.controller_processes.append(self._spawn("kube-controller-manager", [
-            "kube-controller-manager", f"--kubeconfig={cm}", f"--authentication-kubeconfig={cm}",
-            f"--authorization-kubeconfig={cm}", f"--bind-address={a}", f"--secure-port={self.controller_ports[0]}",
-            f"--root-ca-file={ca}", f"--service-account-private-key-file={sa_priv}",
-            f"--cluster-signing-cert-file={ca}", f"--cluster-signing-key-file={ca_key}",
-            "--use-service-account-credentials=true", "--allocate-node-cidrs=true",
-            f"--cluster-cidr={self.pod_cidr}", f"--service-cluster-ip-range={self.service_cidr}",
-            "--leader-elect=false", "--controllers=*,-nodeipam,-ttl,-bootstrapsigner,-tokencleaner",
-            # A stopped kubelet's Node turns Unknown (its pods not Ready) NODE_MONITOR_GRACE after its
-            # last Lease renewal (default 50 s), noticed within 2 s (default 5 s).
-            f"--node-monitor-grace-period={NODE_MONITOR_GRACE}s", "--node-monitor-period=2s",
-            "--v=0",
-        ]))
+        self.controller_processes.append(self._spawn("kube-controller-manager", controllers.controller_manager_argv(
+            address=self.address, port=self.controller_ports[0], kubeconfig=cm, ca=ca, ca_key=ca_key, sa_key=sa_key,
+            pod_cidr=self.pod_cidr, service_cidr=self.service_cidr)))
         sched = self._component_kubeconfig("system:kube-scheduler", None)
-        self.controller_processes.append(self._spawn("kube-scheduler", [
-            "kube-scheduler", f"--kubeconfig={sched}", f"--authentication-kubeconfig={sched}",
-            f"--authorization-kubeconfig={sched}", f"--bind-address={a}", f"--secure-port={self.controller_ports[1]}",
-            "--leader-elect=false", "--v=0",
-        ]))
+        self.controller_processes.append(self._spawn("kube-scheduler", controllers.scheduler_argv(
+            address=self.address, port=self.controller_ports[1], kubeconfig=sched)))
 
     def etcd_snapshot(self, timeout: float = 60.0) -> bytes:
         """etcd's own snapshot (database + sha256 trailer), read as a client would."""

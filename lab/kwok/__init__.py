@@ -24,7 +24,7 @@ CNI_READY_ANNOTATION = "lab.kontinuum.sh/cni-ready"  # "true" once the node's Ci
 # duration and tries to take a Lease someone else holds (the lab, while a machine is down:
 # lab/kubelets.py) only that often, so a started kubelet's Node would wait up to 10 s more for kwok
 # to play it: a shorter Lease brings it back within 3 s. The node lifecycle controller reads the
-# renewals only, never this duration (lab/controlplane.py NODE_MONITOR_GRACE).
+# renewals only, never this duration (lab/controllers.py NODE_MONITOR_GRACE).
 LEASE_SECONDS = 12
 
 
