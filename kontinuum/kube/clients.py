@@ -1,11 +1,22 @@
-"""Kubernetes API clients built from kubeconfig text held in memory (never written to disk)."""
+"""Kubernetes API clients built from kubeconfig text held in memory: we write no kubeconfig file.
+The client library keeps the certificate and key data it needs for TLS in private temporary files
+(mode 0600, reused per content, removed when the process exits)."""
 
 from __future__ import annotations
+
+import threading
 
 import yaml
 from kubernetes import client, config
 
 from kontinuum.errors import ConfigError
+
+
+# kubernetes' loader (config/kube_config.py _create_temp_file_with_content) names a temporary file
+# for a certificate before it writes it, and another thread loading the same certificate gets that
+# name at once: an empty CA file ("no certificate or crl found"). Seen when a provider updated
+# several hub records in parallel. One load at a time in this process.
+_LOADING = threading.Lock()
 
 
 class ApiClient(client.ApiClient):
@@ -47,7 +58,8 @@ def api_client(kubeconfig: str, *, context: str | None = None, retries: int | No
     if not isinstance(data, dict) or not data.get("clusters"):
         raise ConfigError("kubeconfig", "no clusters in it; pass the admin kubeconfig of the cluster")
     configuration = type.__call__(client.Configuration)
-    config.load_kube_config_from_dict(data, context=context, client_configuration=configuration)
+    with _LOADING:
+        config.load_kube_config_from_dict(data, context=context, client_configuration=configuration)
     if retries is not None:
         configuration.retries = retries
     return ApiClient(configuration=configuration)

@@ -1,11 +1,12 @@
 """Pod prober: is an addon usable, and if not, which pods are stuck and why.
 
 Healthy means every pod of the addon is Running with its PodReady condition true, or
-Succeeded (a finished one-shot Job such as cert-manager's startupapicheck). A pod a disruption
-ended (Failed with DisruptionTarget: a node's graceful shutdown, an eviction) while a ReplicaSet,
-DaemonSet or StatefulSet owns it is not counted: its controller replaces it, and Kubernetes keeps
-the ended pod until pod garbage collection. A Helm apply
-returns long before that, so the gate is a separate, bounded wait (seeds, "Pod health").
+Succeeded (a finished one-shot Job such as cert-manager's startupapicheck). A Failed pod that a
+ReplicaSet, DaemonSet or StatefulSet owns is not counted: their pods restart their containers
+(restartPolicy Always), so only the kubelet ends one (a node's graceful shutdown, a rejection at
+admission such as NodeShutdown or OutOfcpu, an eviction), its controller replaces it, and
+Kubernetes keeps the ended pod until pod garbage collection. A Helm apply returns long before that,
+so the gate is a separate, bounded wait (seeds, "Pod health").
 """
 
 from __future__ import annotations
@@ -69,12 +70,9 @@ REPLACING = ("ReplicaSet", "DaemonSet", "StatefulSet")
 
 
 def replaced(pod: client.V1Pod) -> bool:
-    """Ended by a disruption, with a controller that replaces it: neither a pod nor a problem."""
-    if pod.status.phase != "Failed":
-        return False
-    disrupted = _condition(pod, "DisruptionTarget")
+    """Ended by its node's kubelet, with a controller that replaces it: neither a pod nor a problem."""
     owners = pod.metadata.owner_references or []
-    return disrupted is not None and disrupted.status == "True" and any(o.controller and o.kind in REPLACING for o in owners)
+    return pod.status.phase == "Failed" and any(o.controller and o.kind in REPLACING for o in owners)
 
 
 def probe(core: client.CoreV1Api, namespace: str, selector: str = "") -> tuple[int, list[PodProblem]]:

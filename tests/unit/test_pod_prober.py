@@ -47,4 +47,15 @@ def test_a_pod_a_node_shutdown_ended_is_replaced_by_its_controller_not_stuck():
     assert replaced(ended)
     ended.metadata.owner_references[0].kind = "Job"  # a Job counts its failures: still a problem
     assert not replaced(ended)
-    assert not replaced(pod("Failed", reason="Error"))  # a crash is not a disruption
+    assert not replaced(pod("Failed", reason="Error"))  # nothing replaces a bare pod
+
+
+def test_a_pod_the_kubelet_rejected_at_admission_is_replaced_by_its_controller_not_stuck():
+    """A pod bound to a node whose kubelet is shutting down ends Failed, NodeShutdown, without a
+    DisruptionTarget (Kubernetes v1.35 kubelet rejectPod); its ReplicaSet starts another."""
+    rejected = pod("Failed", reason="NodeShutdown")
+    rejected.metadata.owner_references = [V1OwnerReference(api_version="apps/v1", kind="ReplicaSet", name="op",
+                                                           uid="u", controller=True)]
+    assert replaced(rejected)
+    rejected.metadata.owner_references[0].controller = False  # only the controlling owner replaces it
+    assert not replaced(rejected)
