@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import ipaddress
 from dataclasses import dataclass
@@ -77,8 +78,11 @@ def _pem(value: object, where: str, errors: list[str]) -> bytes:
         return b""
 
 
+@functools.lru_cache(maxsize=128)
 def v1alpha1_document(data: bytes) -> dict:
-    """The v1alpha1 document of an applied (so already valid) config."""
+    """The v1alpha1 document of an applied (so already valid) config. Parsed once per config (the
+    lab's passes read it every tick, and YAML parsing was a sixth of an HA lab's CPU): the dict is
+    shared, so read it and never change it."""
     return _v1alpha1(data)
 
 
