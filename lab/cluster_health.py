@@ -63,13 +63,18 @@ def cilium_problem(pods: list, daemonsets: list) -> str | None:
     return f"some pods are not ready: {' '.join(details.splitlines())}"
 
 
-def cni_ready_nodes(pods: list) -> set[str]:
-    """Nodes whose Cilium agent (a DaemonSet pod of the CNI selector) is Ready."""
+def cni_ready_nodes(pods: list[dict]) -> set[str]:
+    """Nodes whose Cilium agent (a DaemonSet pod of the CNI selector) is Ready; `pods` as the
+    API's JSON (the node sync's one list of the cluster's pods), any namespace or label."""
+    key, _, value = CNI_SELECTOR.partition("=")
     ready = set()
     for p in pods:
-        owners = p.metadata.owner_references or []
-        if p.metadata.deletion_timestamp or not p.spec.node_name or not any(o.kind == "DaemonSet" for o in owners):
+        meta, spec, status = p["metadata"], p.get("spec") or {}, p.get("status") or {}
+        if meta.get("namespace") != CNI_NAMESPACE or (meta.get("labels") or {}).get(key) != value:
             continue
-        if (c := _condition(p, "Ready")) and c.status == "True":
-            ready.add(p.spec.node_name)
+        if meta.get("deletionTimestamp") or not spec.get("nodeName") \
+                or not any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
+            continue
+        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []):
+            ready.add(spec["nodeName"])
     return ready

@@ -25,7 +25,7 @@ from kubernetes import client
 
 from lab import bootstrap_manifests, kubelet_resync, kubelets, kwok, pod_network, static_pods
 from lab.cluster_config import ClusterConfig, MemberInfo, v1alpha1
-from lab.cluster_health import CNI_NAMESPACE, CNI_SELECTOR, cni_ready_nodes
+from lab.cluster_health import cni_ready_nodes
 from lab.pod_processes import PodProcess
 from lab.standins.loop import REQUEST_TIMEOUT, list_json
 from lab.talos_node import manifests as talos_manifests
@@ -103,7 +103,7 @@ class NodeSync:
             if touched := kubelet_resync.resync(core, pods, since):
                 log.info("cluster %s: pods kwok had not started, touched so it looks again: %s", self.name,
                          ", ".join(touched))
-            self._reconcile_cni(core, nodes)
+            self._reconcile_cni(core, nodes, pods)
             pod_network.reconcile(core, nodes, pods, kube_proxy=config.kube_proxy)  # seed 002: host-network clients of the Service ClusterIP
             for process in processes:
                 process.reconcile(core)
@@ -156,8 +156,7 @@ class NodeSync:
         finally:
             machine.kubelet.release_shutdown()
 
-    def _reconcile_cni(self, core: client.CoreV1Api, nodes: dict) -> None:
-        pods = core.list_namespaced_pod(CNI_NAMESPACE, label_selector=CNI_SELECTOR, _request_timeout=REQUEST_TIMEOUT).items
+    def _reconcile_cni(self, core: client.CoreV1Api, nodes: dict, pods: list[dict]) -> None:
         ready = cni_ready_nodes(pods)
         for name in self.registered.values():
             node = nodes.get(name)

@@ -78,7 +78,8 @@ def _pod(name: str, node: str | None, ready: bool, owner: str = "DaemonSet", sch
         conditions.append(client.V1PodCondition(type="PodScheduled", status="False", reason="Unschedulable",
                                                 message=scheduled_message))
     return client.V1Pod(
-        metadata=client.V1ObjectMeta(name=name, owner_references=[
+        metadata=client.V1ObjectMeta(name=name, namespace="kube-system", labels={"app.kubernetes.io/part-of": "cilium"},
+                                     owner_references=[
             client.V1OwnerReference(api_version="apps/v1", kind=owner, name="x", uid="u")]),
         spec=client.V1PodSpec(containers=[], node_name=node),
         status=client.V1PodStatus(phase="Running" if node else "Pending", conditions=conditions),
@@ -105,8 +106,12 @@ def test_cilium_check_and_cni_readiness():
     problem = cluster_health.cilium_problem([agent, op_ok, op_pending], ds)
     assert problem.startswith("some pods are not ready: cilium-operator-2 (Pending: 0/1 nodes are available")
     assert "\n" not in problem
-    assert cluster_health.cni_ready_nodes([agent, op_ok, _pod("cilium-def", "cp-2", False)]) == {"cp-1"}
-    assert cluster_health.cni_ready_nodes([op_ok]) == set()  # the operator is no CNI agent
+    as_json = lambda *pods: [client.ApiClient().sanitize_for_serialization(p) for p in pods]  # noqa: E731
+    assert cluster_health.cni_ready_nodes(as_json(agent, op_ok, _pod("cilium-def", "cp-2", False))) == {"cp-1"}
+    assert cluster_health.cni_ready_nodes(as_json(op_ok)) == set()  # the operator is no CNI agent
+    other = _pod("node-exporter-x", "cp-2", True)
+    other.metadata.labels = {"app": "node-exporter"}
+    assert cluster_health.cni_ready_nodes(as_json(other)) == set()  # the pass hands over every pod: only Cilium's count
 
 
 def test_kwok_stages_are_ours_and_well_formed():
