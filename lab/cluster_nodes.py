@@ -6,7 +6,8 @@ Each pass reads the apiserver first and writes only what differs, so the Cluster
   registers itself (lab/kubelets.py) with the machine's boot id, reported NotReady with its pods
   terminated when a graceful reboot signals its kubelet (and none started on it until the next
   boot's kubelet starts: `kubelets.refuse_started`), left unrenewed while its machine is down
-  (reboot, reset, crash, power-off), played by kwok again once its kubelet started after the
+  (reboot, reset, crash, power-off; a Ready kwok still wrote then is taken back:
+  `kubelets.take_back_late_ready`), played by kwok again once its kubelet started after the
   boot (the boot plus the machine's kubelet_delay), with the new boot id, every pod bound to it
   started (one kwok missed is touched so it looks again: lab/kubelet_resync.py);
 - each machine's view of its Node's readiness (EmulatedNode.node_ready, for its MachineStatus);
@@ -46,6 +47,7 @@ class NodeSync:
         self.registered: dict[str, str] = {}  # node address -> Node name
         self._ready_boot: dict[str, str] = {}  # node address -> the boot its Node was last seen Ready on, while its kubelet runs
         self._manifests_known: set = set()  # bootstrap-manifest objects seen (created once, never updated)
+        self._left: dict[str, str] = {}  # Node name -> when the lab took its Lease (its machine is down)
 
     def members(self) -> list[EmulatedNode]:
         """Nodes of this cluster whose kubelet runs: configured with its config, kubelet started."""
@@ -80,6 +82,7 @@ class NodeSync:
             # Node stays as it was, unrenewed (lab/kubelets.py).
             name = self.registered.pop(address)
             if name in nodes:
+                self._left[name] = kubelets.api_time()
                 kubelets.leave(leases, name)
                 log.info("cluster %s: Node %s (%s) is down; no kubelet renews it now", self.name, name, address)
         for machine in machines:  # what each machine learns of its Node (its MachineStatus nodeReady)
@@ -100,6 +103,9 @@ class NodeSync:
             pods = list_json(core.list_pod_for_all_namespaces)
             since = {member.hostname: machine.kubelet.health_changed for machine, member in current.values()
                      if machine.kubelet.up}
+            if taken := kubelets.take_back_late_ready(core, pods, self._left):
+                log.info("cluster %s: pods kwok made Ready after their machine went down, taken back: %s", self.name,
+                         ", ".join(taken))
             if touched := kubelet_resync.resync(core, pods, since):
                 log.info("cluster %s: pods kwok had not started, touched so it looks again: %s", self.name,
                          ", ".join(touched))
@@ -139,6 +145,7 @@ class NodeSync:
             if fresh:
                 written[name] = False
         self.registered[address] = name
+        self._left.pop(name, None)
 
     def _shut_down(self, core: client.CoreV1Api, leases: client.CoordinationV1Api, machine: EmulatedNode,
                    nodes: dict, written: dict) -> None:
@@ -149,6 +156,7 @@ class NodeSync:
                 if machine.kubelet.drain:  # Talos's CordonAndDrainNode, while the kubelet still runs
                     evicted = kubelets.drain(core, name)
                     log.info("cluster %s: Node %s cordoned and drained (%d pods evicted)", self.name, name, evicted)
+                self._left[name] = kubelets.api_time()
                 ended = kubelets.shut_down(core, leases, name)
                 written[name] = False
                 log.info("cluster %s: Node %s (%s) is shutting down; %d pods terminated", self.name, name,

@@ -148,7 +148,7 @@ def start(core: client.CoreV1Api, leases: client.CoordinationV1Api, name: str, b
     Cilium agent gone with the old boot, the network not ready; the Lease is let go so kwok takes
     it. True if the lab held the Lease (the machine was away)."""
     if fresh:
-        now = _now()
+        now = api_time()
         core.patch_node(name, {"metadata": {"annotations": {kwok.CNI_READY_ANNOTATION: None, STOPPED_ANNOTATION: None}}},
                         _request_timeout=REQUEST_TIMEOUT)
         core.patch_node_status(name, {"status": {"nodeInfo": {"bootID": boot_id}, "conditions": [{
@@ -172,7 +172,7 @@ def shut_down(core: client.CoreV1Api, leases: client.CoordinationV1Api, name: st
     shutting down"), every pod on it terminated; then the kubelet stops. Returns the pods ended."""
     leave(leases, name)
     core.patch_node(name, {"metadata": {"annotations": {STOPPED_ANNOTATION: "stopped"}}}, _request_timeout=REQUEST_TIMEOUT)
-    now = _now()
+    now = api_time()
     core.patch_node_status(name, {"status": {"conditions": [{
         "type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": SHUTTING_DOWN,
         "lastHeartbeatTime": now, "lastTransitionTime": now}]}}, _request_timeout=REQUEST_TIMEOUT)
@@ -199,7 +199,7 @@ def refuse_started(core: client.CoreV1Api, name: str) -> int:
     and a stopped one starts none: such a pod ends as its admission would have, rejected and never
     Ready. Pending pods kwok has not touched stay as they are, as on a machine that is down.
     Returns the pods refused."""
-    now = _now()
+    now = api_time()
     refused = 0
     for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}", _request_timeout=REQUEST_TIMEOUT).items:
         status = pod.status
@@ -215,6 +215,33 @@ def refuse_started(core: client.CoreV1Api, name: str) -> int:
             if e.status != 404:
                 raise
     return refused
+
+
+def take_back_late_ready(core: client.CoreV1Api, pods: list[dict], left: dict[str, str]) -> list[str]:
+    """Pods kwok made Ready on a Node after the lab took its Lease (`left`: Node name → when, as
+    the API writes times). kwok plays a stage it queued while it held the Lease without looking
+    at the Lease again (v0.7.0 pod_controller.go playStageWorker), so on a loaded machine a Ready
+    queued before a crash can land after it, even after the node lifecycle controller's one
+    MarkPodsNotReady pass: a pod Ready for good on a machine that is off. A stopped kubelet
+    writes nothing, so the lab takes that Ready back as that pass would have written it (Ready
+    False). `pods` as the API's JSON; returns the pods' namespace/name."""
+    now = api_time()
+    taken = []
+    for pod in pods:
+        meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
+        since = left.get(spec.get("nodeName"))
+        ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+        if since is None or meta.get("deletionTimestamp") or not ready or ready.get("status") != "True" \
+                or (ready.get("lastTransitionTime") or "") < since:
+            continue
+        try:
+            core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": {"conditions": [
+                {"type": "Ready", "status": "False", "lastTransitionTime": now}]}}, _request_timeout=REQUEST_TIMEOUT)
+            taken.append(f"{meta['namespace']}/{meta['name']}")
+        except client.ApiException as e:
+            if e.status != 404:
+                raise
+    return taken
 
 
 def drain(core: client.CoreV1Api, name: str, timeout: float = DRAIN_TIMEOUT) -> int:
@@ -283,5 +310,6 @@ def ended(pod, now: str, reason: str, message: str) -> dict:
     }}
 
 
-def _now() -> str:
+def api_time() -> str:
+    """Now, as the API writes times (RFC 3339, whole seconds, UTC): what conditions carry."""
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

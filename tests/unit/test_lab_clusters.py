@@ -150,3 +150,27 @@ def test_the_kubelet_resync_touches_only_pods_kwok_left_pending_on_a_running_kub
     assert names(created + 10 + GRACE - 0.1) == []  # the kubelet just started: kwok has its grace
     assert names(created + 10 + GRACE) == ["missed"]
     assert names(created + 20 + GRACE) == ["missed", "touched"]  # touched once; still Pending a grace later
+
+
+def test_a_ready_kwok_wrote_after_its_machine_went_down_is_taken_back():
+    """kwok may play a Ready it queued before a crash after the lab took the Lease (lab/kubelets.py
+    take_back_late_ready): the lab writes Ready False for exactly those pods, as the node lifecycle
+    controller's pass would have, and leaves every other pod alone."""
+    patched = []
+
+    class Core:
+        def patch_namespaced_pod_status(self, name, namespace, body, **_):
+            patched.append((namespace, name, body["status"]["conditions"][0]["status"]))
+
+    def pod(name, node, ready, since, **meta):
+        return {"metadata": {"name": name, "namespace": "default", **meta}, "spec": {"nodeName": node},
+                "status": {"phase": "Running", "conditions": [
+                    {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": since}]}}
+
+    left = {"w-1": "2026-12-03T16:31:37Z"}
+    pods = [pod("late", "w-1", True, "2026-12-03T16:31:39Z"), pod("same-second", "w-1", True, "2026-12-03T16:31:37Z"),
+            pod("before", "w-1", True, "2026-12-03T16:31:20Z"), pod("not-ready", "w-1", False, "2026-12-03T16:31:40Z"),
+            pod("up", "w-2", True, "2026-12-03T16:31:40Z"),
+            pod("going", "w-1", True, "2026-12-03T16:31:40Z", deletionTimestamp="2026-12-03T16:31:41Z")]
+    assert kubelets.take_back_late_ready(Core(), pods, left) == ["default/late", "default/same-second"]
+    assert patched == [("default", "late", "False"), ("default", "same-second", "False")]
