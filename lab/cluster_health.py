@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from lab import api_json
+
 CNI_NAMESPACE = "kube-system"
 CNI_SELECTOR = "app.kubernetes.io/part-of=cilium"
 
@@ -69,12 +71,12 @@ def cni_ready_nodes(pods: list[dict]) -> set[str]:
     key, _, value = CNI_SELECTOR.partition("=")
     ready = set()
     for p in pods:
-        meta, spec, status = p["metadata"], p.get("spec") or {}, p.get("status") or {}
+        meta, spec = p["metadata"], p.get("spec") or {}
         if meta.get("namespace") != CNI_NAMESPACE or (meta.get("labels") or {}).get(key) != value:
             continue
         if meta.get("deletionTimestamp") or not spec.get("nodeName") \
                 or not any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
             continue
-        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []):
+        if api_json.is_ready(p):
             ready.add(spec["nodeName"])
     return ready

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from kubernetes import client
 
-from lab import kwok
+from lab import api_json, kwok
 from lab.standins.loop import REQUEST_TIMEOUT
 
 if TYPE_CHECKING:
@@ -228,9 +228,9 @@ def take_back_late_ready(core: client.CoreV1Api, pods: list[dict], left: dict[st
     now = api_time()
     taken = []
     for pod in pods:
-        meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
+        meta, spec = pod["metadata"], pod.get("spec") or {}
         since = left.get(spec.get("nodeName"))
-        ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+        ready = api_json.condition(pod, "Ready")
         if since is None or meta.get("deletionTimestamp") or not ready or ready.get("status") != "True" \
                 or (ready.get("lastTransitionTime") or "") < since:
             continue

@@ -27,7 +27,7 @@ from typing import Callable
 import yaml
 from kubernetes import client
 
-from lab import pod_api
+from lab import api_json, pod_api
 from lab.process import Managed
 from lab.standins.loop import REQUEST_TIMEOUT, list_json
 
@@ -59,9 +59,8 @@ class PodNetwork:
 
 
 def _ready(pod: dict) -> bool:
-    st = pod.get("status") or {}
-    return (not pod["metadata"].get("deletionTimestamp") and st.get("phase") == "Running"
-            and any(c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or []))
+    return (not pod["metadata"].get("deletionTimestamp") and (pod.get("status") or {}).get("phase") == "Running"
+            and api_json.is_ready(pod))
 
 
 def _alive(pod: dict) -> bool:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from lab import api_json
+
 CONTROLLER = "io.cilium/gateway-controller"
 SERVICE_PREFIX = "cilium-gateway-"
 OWNING_GATEWAY_LABEL = "io.cilium.gateway/owning-gateway"
@@ -98,9 +100,7 @@ def node_internal_ip(node: dict) -> str | None:
     return None
 
 
-def node_ready(node: dict) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (node.get("status") or {}).get("conditions") or [])
+node_ready = api_json.is_ready
 
 
 # -- the Gateway's Service ---------------------------------------------------------------------
