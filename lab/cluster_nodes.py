@@ -48,6 +48,7 @@ class NodeSync:
         self._ready_boot: dict[str, str] = {}  # node address -> the boot its Node was last seen Ready on, while its kubelet runs
         self._manifests_known: set = set()  # bootstrap-manifest objects seen (created once, never updated)
         self._left: dict[str, str] = {}  # Node name -> when the lab took its Lease (its machine is down)
+        self.passes = 0  # passes completed: a test waits for one that began after what it changed
 
     def members(self) -> list[EmulatedNode]:
         """Nodes of this cluster whose kubelet runs: configured with its config, kubelet started."""
@@ -118,6 +119,7 @@ class NodeSync:
         if cps:
             manifests = talos_manifests.render(v1alpha1(cps[0].config.raw))
             bootstrap_manifests.create_missing(api, cps[0], manifests, self._manifests_known)
+        self.passes += 1
 
     def _start(self, core: client.CoreV1Api, leases: client.CoordinationV1Api, config: ClusterConfig,
                machine: EmulatedNode, member: MemberInfo, existing, cidrs: list, written: dict) -> None:

@@ -50,7 +50,7 @@ def zone(tools_bin: Path, tmp_path_factory):
     spec = ClusterSpec(name=NAME, endpoint=f"https://{CP}:6443", kubernetes_version="1.35.4",
                        workers=(PoolSpec("web", 1),))
     with Lab(pool="127.0.63.8/29", reboot_delay=0.2) as lab, \
-            ClusterManager(lab.clusters, tmp_path_factory.mktemp("reboots") / "clusters", standins=False):
+            ClusterManager(lab.clusters, tmp_path_factory.mktemp("reboots") / "clusters", standins=False) as manager:
         for address, pool in ((CP, "controlplane"), (WORKER, "web")):
             lab.add_node(address)
             TalosClient.maintenance(address).apply_config(mc.render(spec, bundle, pool=pool))
@@ -64,7 +64,7 @@ def zone(tools_bin: Path, tmp_path_factory):
         cni_agents(api)
         wait_until("both Nodes Ready", lambda: all(map(is_ready, core.list_node(_request_timeout=T).items)), 90)
         try:
-            yield lab, bundle, core
+            yield lab, bundle, core, lambda: next(iter(manager.runners.values())).node_sync.passes
         finally:
             server.shutdown()
             server.server_close()
@@ -125,9 +125,11 @@ def knobs(**changes) -> None:
     control.request(WORKER, "/faults", changes, port=CONTROL_PORT)
 
 
-def back_to_normal(core: client.CoreV1Api, bundle: secrets.SecretsBundle, name: str) -> None:
+def back_to_normal(core: client.CoreV1Api, bundle: secrets.SecretsBundle, name: str, passes) -> None:
     """Each test starts from the worker up: its kubelet Running and healthy, its Node Ready (a test
-    before may have left it rebooting)."""
+    before may have left it rebooting), and the lab's node sync settled on that: a pass that began
+    while the kubelet was down (a restart) takes the Lease when it ends, maybe after the kubelet is
+    back (seen in CI), and only the pass after it lets the Lease go."""
     c = talos(bundle, WORKER)
 
     def kubelet_up():
@@ -135,6 +137,8 @@ def back_to_normal(core: client.CoreV1Api, bundle: secrets.SecretsBundle, name: 
         return service.state == "Running" and service.health.healthy
 
     wait_until("the worker's kubelet Running", kubelet_up, 60)
+    seen = passes()
+    wait_until("two passes of the lab's node sync", lambda: passes() >= seen + 2, 30)
     wait_until("the worker's Node Ready", lambda: is_ready(core.read_node(name, _request_timeout=T)), 60,
                on_timeout=lambda: node_report(core, name))
     # The Node stays Ready across a kubelet restart (a test before may have restarted it), while
@@ -162,7 +166,7 @@ def pods_on(core: client.CoreV1Api, node: str) -> list:
 
 
 def test_a_reboot_takes_the_node_down_until_boot_plus_kubelet_delay(zone):
-    lab, bundle, core = zone
+    lab, bundle, core, passes = zone
     worker = lab.node(WORKER)
     name = worker.hostname
     core.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pinned"}, "spec": {
@@ -223,10 +227,10 @@ def test_a_pod_started_on_a_node_whose_kubelet_shut_down_ends_rejected_until_the
     lab ends such a pod as the shutting-down kubelet's admission would: Failed, NodeShutdown, never
     Ready; a pod nothing started stays Pending until the next boot's kubelet runs it. (A second
     pod bound then is either, as kwok's view of the Lease decides: seen under load.)"""
-    lab, bundle, core = zone
+    lab, bundle, core, passes = zone
     worker = lab.node(WORKER)
     name = worker.hostname
-    back_to_normal(core, bundle, name)
+    back_to_normal(core, bundle, name, passes)
     knobs(reboot_delay=6.0, kubelet_delay=0.5)
     lifecycle.reboot(talos(bundle, WORKER))
     wait_until("the Node shutting down", lambda: ready_condition(core, name).message == "node is shutting down", 10)
@@ -263,7 +267,7 @@ def test_a_pod_started_on_a_node_whose_kubelet_shut_down_ends_rejected_until_the
         wait_until("the waiting pod run by the next boot's kubelet",
                    lambda: is_ready(core.read_namespaced_pod("waiting", "default", _request_timeout=T)), 60)
     else:
-        back_to_normal(core, bundle, name)
+        back_to_normal(core, bundle, name, passes)
         assert core.read_namespaced_pod("waiting", "default", _request_timeout=T).status.phase == "Failed"
     assert core.read_namespaced_pod("started", "default", _request_timeout=T).status.phase == "Failed"
     for pod in ("started", "waiting"):
@@ -271,9 +275,9 @@ def test_a_pod_started_on_a_node_whose_kubelet_shut_down_ends_rejected_until_the
 
 
 def test_a_live_cluster_ca_change_restarts_the_kubelet_without_a_reboot(zone):
-    lab, bundle, core = zone
+    lab, bundle, core, passes = zone
     worker = lab.node(WORKER)
-    back_to_normal(core, bundle, worker.hostname)
+    back_to_normal(core, bundle, worker.hostname, passes)
     knobs(kubelet_delay=2.0)
     c = talos(bundle, WORKER)
     before = kubelet_service(c)
@@ -309,14 +313,15 @@ def test_a_pod_kwok_skipped_as_it_took_the_lease_is_started_once_the_kubelet_res
     Played here exactly: while the lab holds the Lease, kwok skips a new pod as read-only; the
     Lease then goes straight back to kwok, which sees no transition and never looks again. The
     lab's kubelet touches the pod after its grace, and kwok starts it."""
-    lab, bundle, core = zone
+    lab, bundle, core, passes = zone
     name = lab.node(WORKER).hostname
-    back_to_normal(core, bundle, name)
+    back_to_normal(core, bundle, name, passes)
     leases = client.CoordinationV1Api(core.api_client)
     kwok_id = leases.read_namespaced_lease(name, kubelets.LEASE_NAMESPACE, _request_timeout=T).spec.holder_identity
     kubelets.leave(leases, name)
     try:
         time.sleep(3)  # kwok's Lease cache follows
+        holders = []
         for attempt in range(3):
             skipped = f"skipped-{attempt}"
             core.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": skipped}, "spec": {
@@ -324,9 +329,11 @@ def test_a_pod_kwok_skipped_as_it_took_the_lease_is_started_once_the_kubelet_res
             time.sleep(3)  # kwok starts a pod it plays within 1 s
             if core.read_namespaced_pod(skipped, "default", _request_timeout=T).status.pod_ip is None:
                 break
+            lease = leases.read_namespaced_lease(name, kubelets.LEASE_NAMESPACE, _request_timeout=T).spec
+            holders.append(f"{lease.holder_identity} ({lease.lease_transitions} transitions)")
             core.delete_namespaced_pod(skipped, "default", grace_period_seconds=0, _request_timeout=T)
         else:
-            pytest.fail("kwok started every pod while the lab held the Node's Lease")
+            pytest.fail(f"kwok started every pod while the lab held the Node's Lease; its holder then: {holders}")
     finally:
         now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
         leases.patch_namespaced_lease(name, kubelets.LEASE_NAMESPACE, {"spec": {
@@ -348,10 +355,10 @@ def test_a_ready_a_stale_kwok_writes_after_a_crash_is_taken_back(zone):
     stale kwok: its write lands once the lab holds the crashed worker's Lease. A stopped kubelet
     writes nothing: the lab takes that Ready back (lab/kubelets.py take_back_late_ready), long
     before the controller would notice the Node."""
-    lab, bundle, core = zone
+    lab, bundle, core, passes = zone
     worker = lab.node(WORKER)
     name = worker.hostname
-    back_to_normal(core, bundle, name)
+    back_to_normal(core, bundle, name, passes)
     leases = client.CoordinationV1Api(core.api_client)
     worker.crash()
     try:
@@ -374,7 +381,7 @@ def test_a_ready_a_stale_kwok_writes_after_a_crash_is_taken_back(zone):
         assert ready_condition(core, name).status == "True"  # the controller has not noticed yet: the lab took it back
     finally:
         worker.power_on()
-    back_to_normal(core, bundle, name)
+    back_to_normal(core, bundle, name, passes)
     core.delete_namespaced_pod("late", "default", grace_period_seconds=0, _request_timeout=T)
 
 
@@ -383,10 +390,10 @@ def test_a_machine_reset_behind_our_back_leaves_its_node_unknown_and_every_pod_o
     to say anything, so the node lifecycle controller marks the Node Unknown a grace period later
     and every pod on it not Ready (MarkPodsNotReady), host-network ones too, and nothing the lab
     runs makes any of them Ready again while the machine is down."""
-    lab, bundle, core = zone
+    lab, bundle, core, passes = zone
     worker = lab.node(WORKER)
     name = worker.hostname
-    back_to_normal(core, bundle, name)
+    back_to_normal(core, bundle, name, passes)
     for i in range(2):
         core.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"crash-{i}"},
                                                "spec": {"nodeName": name, "hostNetwork": i % 2 == 1,
