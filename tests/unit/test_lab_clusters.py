@@ -123,9 +123,25 @@ def test_kwok_stages_are_ours_and_well_formed():
         assert d["spec"]["resourceRef"]["kind"] in ("Node", "Pod")
         for p in d["spec"]["next"].get("patches", []):
             assert (p["subresource"], p["root"], p["type"]) == ("status", "status", "strategic")
-    argv = kwok.argv("/k", cluster="zone-a", node_ip="127.0.30.1", pod_cidr="10.244.0.0/16")
+    argv = kwok.argv("/k", cluster="zone-a", node_ip="127.0.30.1", pod_cidr="10.244.0.0/16", server="127.0.30.1:4000")
     assert f"--manage-nodes-with-annotation-selector={kwok.MANAGED_ANNOTATION}=zone-a" in argv
-    assert not any(a.startswith(("--server-address", "--node-port")) for a in argv)  # kwok binds no port
+    assert "--server-address=127.0.30.1:4000" in argv and not any(a.startswith("--node-port") for a in argv)
+
+
+def _goroutine(number: int, function: str) -> str:
+    return (f"goroutine {number} [chan receive]:\nsigs.k8s.io/kwok/pkg/kwok/controllers.{function}(...)\n"
+            f"\t/root/go/pkg/mod/sigs.k8s.io/kwok@v0.7.0/pkg/kwok/controllers/x.go:1 +0x1\ncreated by x in goroutine 1")
+
+
+def test_the_kwok_controller_started_first_is_read_from_its_goroutine_numbers():
+    """kwok v0.7.0 builds its Pod controller without a Lease check when it starts it before its Node
+    controller (lab/kwok): the lab keeps only a kwok whose Node controller's goroutines are older."""
+    node, pod = "(*NodeController).watchResources", "(*PodController).watchResources"
+    other = _goroutine(3, "(*NodeLeaseController).syncWorker")
+    assert kwok.first_controller("\n\n".join([other, _goroutine(40, node), _goroutine(52, pod)])) == "Node"
+    assert kwok.first_controller("\n\n".join([_goroutine(52, node), other, _goroutine(40, pod)])) == "Pod"
+    assert kwok.first_controller("\n\n".join([other, _goroutine(40, node)])) is None  # not both running yet
+    assert kwok.first_controller("") is None
 
 
 
