@@ -129,7 +129,7 @@ def back_to_normal(core: client.CoreV1Api, bundle: secrets.SecretsBundle, name: 
     """Each test starts from the worker up: its kubelet Running and healthy, its Node Ready (a test
     before may have left it rebooting), and the lab's node sync settled on that: a pass that began
     while the kubelet was down (a restart) takes the Lease when it ends, maybe after the kubelet is
-    back (seen in CI), and only the pass after it lets the Lease go."""
+    back, and only the pass after it lets the Lease go."""
     c = talos(bundle, WORKER)
 
     def kubelet_up():
