@@ -21,6 +21,7 @@ from kontinuum.kube.clients import api_client
 
 WATCH_SECONDS = 30  # the server ends each watch after this; it is re-opened at once
 REOPEN_PAUSE = 1.0  # at least this long between opening watches of one source
+REOPEN_MAX = 8.0  # a source refused again and again is tried this seldom (doubling from REOPEN_PAUSE)
 COALESCE = 0.05  # after a wake, so a burst of events costs one observation
 CONNECT_TIMEOUT = 5.0
 
@@ -57,6 +58,11 @@ def custom_objects(group: str, version: str, plural: str, namespace: str | None 
 def deployments(namespace: str, name: str = "") -> Source:
     kwargs = {"field_selector": f"metadata.name={name}"} if name else {}
     return Source(client.AppsV1Api, "list_namespaced_deployment", (namespace,), kwargs)
+
+
+def reopen_pause(refused: int) -> float:
+    """Seconds from opening a watch to opening the next, after `refused` refusals in a row."""
+    return min(REOPEN_PAUSE * 2 ** max(refused - 1, 0), REOPEN_MAX)
 
 
 class Waker:
@@ -101,6 +107,26 @@ class Waker:
         self._changed.clear()
         return woke
 
+    def _watch_once(self, list_call: Callable, source: Source) -> bool:
+        """One watch until the server ends it; False when it was refused or broke before any event."""
+        stream = watch.Watch()
+        with self._lock:
+            self._streams.append(stream)
+        events = 0
+        try:
+            for _event in stream.stream(list_call, *source.args, timeout_seconds=self._watch_seconds,
+                                        _request_timeout=(CONNECT_TIMEOUT, self._watch_seconds + 5), **source.kwargs):
+                events += 1
+                self._changed.set()
+                if self._stopped.is_set():
+                    break
+        except Exception:  # noqa: BLE001 - broken or refused: re-opened by the caller
+            return events > 0
+        finally:
+            with self._lock:
+                self._streams.remove(stream)
+        return True
+
     def _run(self, kubeconfig: str, source: Source) -> None:
         try:
             api = api_client(kubeconfig)
@@ -108,24 +134,13 @@ class Waker:
             return
         try:
             list_call: Callable = getattr(source.api(api), source.method)
+            refused = 0  # watches refused in a row
             while not self._stopped.is_set():
                 opened = time.monotonic()
-                stream = watch.Watch()
-                with self._lock:
-                    self._streams.append(stream)
-                try:
-                    for _event in stream.stream(list_call, *source.args, timeout_seconds=self._watch_seconds,
-                                                _request_timeout=(CONNECT_TIMEOUT, self._watch_seconds + 5),
-                                                **source.kwargs):
-                        self._changed.set()
-                        if self._stopped.is_set():
-                            break
-                except Exception:  # noqa: BLE001 - broken or refused: re-opened below
-                    pass
-                finally:
-                    with self._lock:
-                        self._streams.remove(stream)
-                # A watch the server ends at once (refused, broken) is not re-opened in a tight loop.
-                self._stopped.wait(max(0.0, REOPEN_PAUSE - (time.monotonic() - opened)))
+                refused = 0 if self._watch_once(list_call, source) else refused + 1
+                # A watch the server ends at once (refused, broken) is not re-opened in a tight
+                # loop, and one refused each time (a dead apiserver, a CRD not installed yet) less
+                # and less often: the loop's own interval covers what it would have seen.
+                self._stopped.wait(max(0.0, reopen_pause(refused) - (time.monotonic() - opened)))
         finally:
             api.close()
