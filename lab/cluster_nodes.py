@@ -112,8 +112,10 @@ class NodeSync:
                          ", ".join(touched))
             self._reconcile_cni(core, nodes, pods)
             pod_network.reconcile(core, nodes, pods, kube_proxy=config.kube_proxy)  # seed 002: host-network clients of the Service ClusterIP
+            if processes and (taken or touched):  # pods this pass changed: the processes follow what they are now
+                pods = list_json(core.list_pod_for_all_namespaces)
             for process in processes:
-                process.reconcile(core)
+                process.reconcile(core, pods)
         # Talos's ManifestApplyController on a control plane: the bootstrap manifests' missing objects.
         cps = sorted((n for n, m in current.values() if m.control_plane), key=lambda n: n.address)
         if cps:

@@ -29,7 +29,7 @@ from kubernetes import client
 
 from lab import api_json, pod_api
 from lab.process import Managed
-from lab.standins.loop import REQUEST_TIMEOUT, list_json
+from lab.standins.loop import REQUEST_TIMEOUT
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +111,9 @@ class PodProcess:
         self._retry_at = 0.0
         self.restarts = 0  # of the current pod's container
 
-    def reconcile(self, core: client.CoreV1Api) -> None:
-        pods = list_json(core.list_pod_for_all_namespaces, label_selector=self.selector)
+    def reconcile(self, core: client.CoreV1Api, pods: list[dict]) -> None:
+        """One pass over the cluster's pods (the pass's one list, API JSON)."""
+        pods = [p for p in pods if api_json.matches(p, self.selector)]
         running = next((p for p in pods if p["metadata"]["uid"] == self.pod_uid and _alive(p)), None) or \
             next((p for p in pods if _ready(p)), None)
         if running is None or running["metadata"]["uid"] != self.pod_uid:

@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives import serialization
 from kubernetes import client
 
 from kontinuum.hub import crds as hub
+from kontinuum.kube import watching
 from kontinuum.talos import pki
 from lab.standins.loop import REQUEST_TIMEOUT, STANDIN_ANNOTATION, PollingStandin, api_client
 
@@ -65,6 +66,10 @@ def identity_problem(key_pem: bytes | None, cert_pem: bytes | None, *, key_at: s
 # -- the loop -------------------------------------------------------------------------------
 
 
+def _named(api: type, method: str, namespace: str, name: str) -> watching.Source:
+    return watching.Source(api, method, (namespace,), {"field_selector": f"metadata.name={name}"})
+
+
 @dataclass(frozen=True)
 class State:
     """What the stand-in last observed: waiting, rejected or heartbeating, and why."""
@@ -95,14 +100,15 @@ class KontinuumServer(PollingStandin):
         zone_kubeconfig: str | Path,
         hub_kubeconfig: str | Path,
         *,
-        interval: float = 1.0,
+        interval: float = HEARTBEAT_INTERVAL,
         heartbeat_interval: float = HEARTBEAT_INTERVAL,
     ):
-        super().__init__(interval)
+        super().__init__(interval)  # a fallback: what a poll reads is watched, and a beat sets its own pause
         self.region, self.zone = region, zone
         self.heartbeat_interval = heartbeat_interval
-        self.zone_api = api_client(zone_kubeconfig)
-        self.hub_api = api_client(hub_kubeconfig)
+        self._kubeconfigs = tuple(k.read_text() if isinstance(k, Path) else k for k in (zone_kubeconfig, hub_kubeconfig))
+        self.zone_api = api_client(self._kubeconfigs[0])
+        self.hub_api = api_client(self._kubeconfigs[1])
         self.state = State("waiting", "not polled yet")
         self._last_beat = 0.0  # monotonic time of the last heartbeat
         self._recorded: str | None = None  # last rejection recorded as an Event
@@ -110,6 +116,23 @@ class KontinuumServer(PollingStandin):
     def close(self) -> None:
         self.zone_api.close()
         self.hub_api.close()
+
+    def watched(self) -> list[tuple[str, watching.Source]]:
+        """What a poll's outcome rests on: the zone's Deployment, env and identity key, and the
+        hub's certificates (named from the env, so all of the hub namespace's Secrets)."""
+        zone, hub_ = self._kubeconfigs
+        ns = hub.ZONE_NAMESPACE
+        return [(zone, watching.deployments(ns, hub.ZONE_DEPLOYMENT)),
+                (zone, _named(client.CoreV1Api, "list_namespaced_config_map", ns, hub.ZONE_ENV)),
+                (zone, _named(client.CoreV1Api, "list_namespaced_secret", ns, hub.ZONE_IDENTITY_SECRET)),
+                (hub_, watching.Source(client.CoreV1Api, "list_namespaced_secret", (hub.HUB_NAMESPACE,)))]
+
+    def next_pause(self) -> float:
+        """Until the next heartbeat is due while heartbeating; the interval otherwise."""
+        if self.state.phase != "heartbeating" or self.heartbeat_interval <= 0:
+            return self.interval
+        due = self._last_beat + self.heartbeat_interval - time.monotonic()
+        return min(self.interval, max(due, 0.0))
 
     # -- observations -----------------------------------------------------------------------
 

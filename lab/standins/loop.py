@@ -77,6 +77,10 @@ class PollingStandin:
         """(kubeconfig text, list call) pairs whose changes wake the loop; none: plain polling."""
         return []
 
+    def next_pause(self) -> float:
+        """Seconds until the next poll unless something watched changes first."""
+        return self.interval
+
     def close(self) -> None:
         """Release clients after the loop ended; subclasses override."""
 
@@ -118,7 +122,7 @@ class PollingStandin:
         with self._waker:
             while not self._stop.is_set():
                 self.poll_once()
-                self._waker.pause(0 if self._stop.is_set() else self.interval)
+                self._waker.pause(0 if self._stop.is_set() else self.next_pause())
         self.log.info("(lab stand-in) %s stopped", self.name)
 
 
